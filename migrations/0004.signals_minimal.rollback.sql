@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS waits;
+DROP TABLE IF EXISTS signals;

@@ -1,0 +1,115 @@
+"""Definitions: publish (numbered 1, 2, 3… per name) and read. A published version never changes.
+
+Concurrent publishers of the same name both read "latest = n" and both insert n+1; the UNIQUE key
+`uq_definitions_name_version` lets one win and the other's unit is re-run, which then sees n+1:
+identical document → that version (200), different document → n+2.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime
+
+from sql import audit
+from weave import jsontext
+from weave.db import Tx, unit_of_work
+from weave.errors import Code, WeaveError
+from weave.rules import definitions as definition_rules
+
+
+@dataclass(frozen=True)
+class Definition:
+    id: int
+    name: str
+    version: int
+    digest: str
+    created_at: datetime
+    document_text: str
+
+    @functools.cached_property
+    def document(self) -> dict:
+        return jsontext.loads(self.document_text)
+
+    @functools.cached_property
+    def steps(self) -> list[dict]:
+        return self.document["steps"]
+
+    @functools.cached_property
+    def queues(self) -> list[str]:
+        return definition_rules.queues_used(self.document)
+
+
+SELECT_LATEST = """
+SELECT id, name, version, digest, created_at, document FROM definitions
+WHERE namespace_id = %s AND name = %s ORDER BY version DESC LIMIT 1
+"""
+SELECT_VERSION = """
+SELECT id, name, version, digest, created_at, document FROM definitions
+WHERE namespace_id = %s AND name = %s AND version = %s
+"""
+SELECT_QUEUE_NAMES = "SELECT name FROM queues WHERE namespace_id = %s"
+INSERT_DEFINITION = """
+INSERT INTO definitions (namespace_id, name, version, digest, document, created_at)
+VALUES (%s, %s, %s, %s, %s, %s)
+"""
+
+
+def _definition(row: dict | None) -> Definition | None:
+    if row is None:
+        return None
+    return Definition(row["id"], row["name"], row["version"], row["digest"], row["created_at"], row["document"])
+
+
+@unit_of_work
+def publish_definition(tx: Tx, namespace_id: int, document: dict, credential_id: int, actor: str
+                       ) -> tuple[Definition, bool]:
+    """Publish `document` (already schema-valid); returns (definition, created)."""
+    digest = jsontext.digest(document)
+    latest = _definition(tx.one(SELECT_LATEST, (namespace_id, document["name"])))
+    if latest is not None and latest.digest == digest:
+        return latest, False
+    known_queues = {row["name"] for row in tx.all(SELECT_QUEUE_NAMES, (namespace_id,))}
+    missing = [
+        {"pointer": f"/steps/{i}/queue", "message": f"queue {step['queue']!r} does not exist in this namespace"}
+        for i, step in enumerate(document["steps"]) if "queue" in step and step["queue"] not in known_queues
+    ]
+    if missing:
+        raise WeaveError(Code.VALIDATION_FAILED, f"{missing[0]['pointer']}: {missing[0]['message']}", missing)
+    version = latest.version + 1 if latest else 1
+    text = jsontext.compact(document)
+    now = tx.now()
+    definition_id = tx.insert(INSERT_DEFINITION, (namespace_id, document["name"], version, digest, text, now))
+    audit.record(tx, namespace_id, actor, "definition.publish",
+                 {"name": document["name"], "version": version, "digest": digest},
+                 credential_id=credential_id, request_digest=digest)
+    return Definition(definition_id, document["name"], version, digest, now, text), True
+
+
+def pinned(tx: Tx, namespace_id: int, name: str, version: int) -> Definition | None:
+    """The pinned version of a definition inside the caller's transaction."""
+    return _definition(tx.one(SELECT_VERSION, (namespace_id, name, version)))
+
+
+@unit_of_work
+def read_definition(tx: Tx, namespace_id: int, name: str, version: int) -> Definition | None:
+    return pinned(tx, namespace_id, name, version)
+
+
+SELECT_DOCUMENT = "SELECT document FROM definitions WHERE id = %s"
+
+# A published document never changes, and its digest names it: a process may keep the parsed
+# form, which spares every instance read from re-reading and re-parsing it.
+_documents_by_digest: dict[str, dict] = {}
+_DOCUMENT_CACHE_LIMIT = 1024
+
+
+def document(tx: Tx, definition_id: int, digest: str) -> dict:
+    """The parsed document of a definition whose id and digest the caller has already read."""
+    found = _documents_by_digest.get(digest)
+    if found is None:
+        found = jsontext.loads(tx.one(SELECT_DOCUMENT, (definition_id,))["document"])
+        if len(_documents_by_digest) >= _DOCUMENT_CACHE_LIMIT:
+            _documents_by_digest.clear()
+        _documents_by_digest[digest] = found
+    return found

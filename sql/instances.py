@@ -1,0 +1,113 @@
+"""Workflow instances: start (idempotent on workflow_id) and read with their steps.
+
+Lock order: the instance row first, then what hangs off it (activations, waits, signals, tasks).
+Starting writes the instance (RUNNING, gate OPEN), a ROOT checkpoint due now, the first event and
+an audit record in one transaction (I2); the checkpoint scanner activates the first step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sql import audit, checkpoints, definitions, events
+from weave.db import Tx, unit_of_work
+from weave.errors import Code, WeaveError
+from weave.times import rfc3339
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    workflow_id: str
+    definition: str
+    version: int
+    input_text: str  # compact JSON of the input
+    deadline_seconds: int
+    request_digest: str
+
+
+@dataclass(frozen=True)
+class WorkflowFacts:
+    """Everything the workflow representation shows, read in one transaction."""
+
+    instance: dict
+    document: dict
+    activations: dict[str, dict]  # step_key -> latest activation
+    tasks: dict[int, dict]  # activation_id -> its newest task
+
+
+SELECT_INSTANCE = """
+SELECT i.id, i.namespace_id, n.name AS namespace, i.workflow_id, i.definition_id, d.name AS definition,
+       d.version, d.digest AS definition_digest, i.application_id, i.input, i.request_digest, i.status,
+       i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at
+FROM instances i
+JOIN definitions d ON d.id = i.definition_id
+JOIN namespaces n ON n.id = i.namespace_id
+WHERE i.namespace_id = %s AND i.workflow_id = %s
+"""
+SELECT_LATEST_ACTIVATIONS = """
+SELECT id, step_key, step_index, activation_sequence, status, result, review_reason, activated_at,
+       deadline_at, settled_at
+FROM step_activations WHERE instance_id = %s ORDER BY step_index, activation_sequence
+"""
+SELECT_ACTIVATION_TASKS = """
+SELECT id, activation_id, status, attempt FROM tasks WHERE activation_id IN %s ORDER BY id
+"""
+INSERT_INSTANCE = """
+INSERT INTO instances (namespace_id, workflow_id, definition_id, application_id, input, request_digest,
+                       status, gate, deadline_at, created_at, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, 'RUNNING', 'OPEN', %s, %s, %s)
+"""
+
+
+def read_facts(tx: Tx, namespace_id: int, workflow_id: str) -> WorkflowFacts | None:
+    instance = tx.one(SELECT_INSTANCE, (namespace_id, workflow_id))
+    if instance is None:
+        return None
+    document = definitions.document(tx, instance["definition_id"], instance["definition_digest"])
+    activations = {row["step_key"]: row for row in tx.all(SELECT_LATEST_ACTIVATIONS, (instance["id"],))}
+    tasks: dict[int, dict] = {}
+    if activations:
+        ids = tuple(row["id"] for row in activations.values())
+        for task in tx.all(SELECT_ACTIVATION_TASKS, (ids,)):
+            tasks[task["activation_id"]] = task
+    return WorkflowFacts(instance, document, activations, tasks)
+
+
+@unit_of_work
+def read_workflow(tx: Tx, namespace_id: int, workflow_id: str) -> WorkflowFacts | None:
+    return read_facts(tx, namespace_id, workflow_id)
+
+
+@unit_of_work
+def start_workflow(tx: Tx, namespace_id: int, application_id: int, credential_id: int, actor: str,
+                   request: StartRequest) -> tuple[WorkflowFacts, bool]:
+    """Start an instance (I1, I2); returns (facts, created).
+
+    The same workflow_id with the same request digest answers the existing instance; with another
+    digest it is `WORKFLOW_EXISTS`. Two concurrent starts of one id meet at `uq_instances_workflow`:
+    the loser's unit is re-run and takes the first branch.
+    """
+    existing = read_facts(tx, namespace_id, request.workflow_id)
+    if existing is not None:
+        if existing.instance["request_digest"] != request.request_digest:
+            raise WeaveError(Code.WORKFLOW_EXISTS,
+                             f"workflow {request.workflow_id!r} exists and was started with another request")
+        return existing, False
+    definition = definitions.pinned(tx, namespace_id, request.definition, request.version)
+    if definition is None:
+        raise WeaveError(Code.DEFINITION_NOT_FOUND,
+                         f"definition {request.definition!r} version {request.version} does not exist")
+    now = tx.now()
+    deadline_at = now + timedelta(seconds=request.deadline_seconds)
+    instance_id = tx.insert(INSERT_INSTANCE, (namespace_id, request.workflow_id, definition.id, application_id,
+                                              request.input_text, request.request_digest, deadline_at, now, now))
+    checkpoints.schedule_root(tx, instance_id, now)
+    events.append(tx, instance_id, "WORKFLOW_STARTED",
+                  {"definition": definition.name, "version": definition.version, "actor": actor,
+                   "deadline_at": rfc3339(deadline_at)})
+    audit.record(tx, namespace_id, actor, "workflow.start",
+                 {"workflow_id": request.workflow_id, "definition": definition.name,
+                  "version": definition.version, "deadline_at": rfc3339(deadline_at)},
+                 instance_id=instance_id, credential_id=credential_id, request_digest=request.request_digest)
+    return read_facts(tx, namespace_id, request.workflow_id), True

@@ -1,0 +1,167 @@
+"""Namespaces, applications, queues, credentials and grants; authentication.
+
+Admin units are run by the `weave admin` command and by `weave dev`; `authenticate` runs on every
+API request. Admin actions are audited as `system:admin`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sql import audit
+from weave import auth
+from weave.db import Tx, unit_of_work
+from weave.errors import Code, WeaveError
+from weave.times import rfc3339
+
+ADMIN_ACTOR = "system:admin"
+
+SELECT_NAMESPACE = "SELECT id, name FROM namespaces WHERE name = %s"
+INSERT_NAMESPACE = "INSERT INTO namespaces (name, created_at) VALUES (%s, %s)"
+
+
+def _namespace_id(tx: Tx, name: str) -> int:
+    row = tx.one(SELECT_NAMESPACE, (name,))
+    if row is None:
+        raise WeaveError(Code.NOT_FOUND, f"namespace {name!r} does not exist")
+    return row["id"]
+
+
+@unit_of_work
+def create_namespace(tx: Tx, name: str) -> dict:
+    if tx.one(SELECT_NAMESPACE, (name,)) is not None:
+        raise WeaveError(Code.INVALID_STATE, f"namespace {name!r} already exists")
+    namespace_id = tx.insert(INSERT_NAMESPACE, (name, tx.now()))
+    audit.record(tx, namespace_id, ADMIN_ACTOR, "namespace.create", {"namespace": name})
+    return {"namespace_id": str(namespace_id), "namespace": name}
+
+
+SELECT_QUEUE = "SELECT id FROM queues WHERE namespace_id = %s AND name = %s"
+INSERT_QUEUE = """
+INSERT INTO queues (namespace_id, name, max_permits, permits_in_use, created_at) VALUES (%s, %s, %s, 0, %s)
+"""
+
+
+@unit_of_work
+def create_queue(tx: Tx, namespace: str, name: str, max_permits: int) -> dict:
+    namespace_id = _namespace_id(tx, namespace)
+    if tx.one(SELECT_QUEUE, (namespace_id, name)) is not None:
+        raise WeaveError(Code.INVALID_STATE, f"queue {name!r} already exists in {namespace!r}")
+    queue_id = tx.insert(INSERT_QUEUE, (namespace_id, name, max_permits, tx.now()))
+    audit.record(tx, namespace_id, ADMIN_ACTOR, "queue.create", {"queue": name, "max_permits": max_permits})
+    return {"queue_id": str(queue_id), "namespace": namespace, "queue": name, "max_permits": max_permits}
+
+
+SELECT_APPLICATION = "SELECT id, status FROM applications WHERE namespace_id = %s AND name = %s"
+INSERT_APPLICATION = """
+INSERT INTO applications (namespace_id, name, status, signals_per_minute, created_at, updated_at)
+VALUES (%s, %s, 'ACTIVE', %s, %s, %s)
+"""
+UPDATE_APPLICATION_STATUS = "UPDATE applications SET status = %s, updated_at = %s WHERE id = %s"
+
+
+@unit_of_work
+def create_application(tx: Tx, namespace: str, name: str, signals_per_minute: int | None) -> dict:
+    namespace_id = _namespace_id(tx, namespace)
+    if tx.one(SELECT_APPLICATION, (namespace_id, name)) is not None:
+        raise WeaveError(Code.INVALID_STATE, f"application {name!r} already exists in {namespace!r}")
+    now = tx.now()
+    app_id = tx.insert(INSERT_APPLICATION, (namespace_id, name, signals_per_minute, now, now))
+    audit.record(tx, namespace_id, ADMIN_ACTOR, "application.create",
+                 {"application": name, "signals_per_minute": signals_per_minute})
+    return {"application_id": str(app_id), "namespace": namespace, "application": name,
+            "status": "ACTIVE", "signals_per_minute": signals_per_minute}
+
+
+@unit_of_work
+def set_application_status(tx: Tx, namespace: str, name: str, status: str) -> dict:
+    namespace_id = _namespace_id(tx, namespace)
+    app = tx.one(SELECT_APPLICATION, (namespace_id, name))
+    if app is None:
+        raise WeaveError(Code.NOT_FOUND, f"application {name!r} does not exist in {namespace!r}")
+    tx.execute(UPDATE_APPLICATION_STATUS, (status, tx.now(), app["id"]))
+    audit.record(tx, namespace_id, ADMIN_ACTOR, "application.status",
+                 {"application": name, "from": app["status"], "to": status})
+    return {"namespace": namespace, "application": name, "status": status}
+
+
+INSERT_CREDENTIAL = """
+INSERT INTO credentials (token_sha256, namespace_id, application_id, actor, scopes, expires_at, created_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+"""
+INSERT_GRANT = "INSERT INTO credential_queue_grants (credential_id, queue_id, created_at) VALUES (%s, %s, %s)"
+
+
+@unit_of_work
+def create_credential(tx: Tx, namespace: str, application: str, actor: str, scopes: list[str],
+                      queues: list[str], token_sha256: bytes, expires_in_seconds: int | None) -> dict:
+    """Store a credential for an already generated token (only its hash reaches the database)."""
+    unknown = sorted(set(scopes) - auth.SCOPES)
+    if unknown:
+        raise WeaveError(Code.VALIDATION_FAILED, f"unknown scope(s): {', '.join(unknown)}; "
+                                                 f"known: {', '.join(sorted(auth.SCOPES))}")
+    namespace_id = _namespace_id(tx, namespace)
+    app = tx.one(SELECT_APPLICATION, (namespace_id, application))
+    if app is None:
+        raise WeaveError(Code.NOT_FOUND, f"application {application!r} does not exist in {namespace!r}")
+    queue_ids = []
+    for queue in sorted(set(queues)):
+        row = tx.one(SELECT_QUEUE, (namespace_id, queue))
+        if row is None:
+            raise WeaveError(Code.NOT_FOUND, f"queue {queue!r} does not exist in {namespace!r}")
+        queue_ids.append(row["id"])
+    now = tx.now()
+    expires_at = now + timedelta(seconds=expires_in_seconds) if expires_in_seconds is not None else None
+    credential_id = tx.insert(INSERT_CREDENTIAL, (token_sha256, namespace_id, app["id"], actor,
+                                                  " ".join(sorted(set(scopes))), expires_at, now))
+    tx.executemany(INSERT_GRANT, [(credential_id, queue_id, now) for queue_id in queue_ids])
+    audit.record(tx, namespace_id, ADMIN_ACTOR, "credential.create",
+                 {"credential_id": str(credential_id), "application": application, "actor": actor,
+                  "scopes": sorted(set(scopes)), "queues": sorted(set(queues)),
+                  "expires_at": rfc3339(expires_at)})
+    return {"credential_id": str(credential_id)}
+
+
+SELECT_CREDENTIAL_IN_NAMESPACE = "SELECT id, revoked_at FROM credentials WHERE id = %s AND namespace_id = %s FOR UPDATE"
+REVOKE_CREDENTIAL = "UPDATE credentials SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL"
+
+
+@unit_of_work
+def revoke_credential(tx: Tx, namespace: str, credential_id: int) -> dict:
+    namespace_id = _namespace_id(tx, namespace)
+    row = tx.one(SELECT_CREDENTIAL_IN_NAMESPACE, (credential_id, namespace_id))
+    if row is None:
+        raise WeaveError(Code.NOT_FOUND, f"credential {credential_id} does not exist in {namespace!r}")
+    if row["revoked_at"] is None:
+        tx.execute(REVOKE_CREDENTIAL, (tx.now(), credential_id))
+        audit.record(tx, namespace_id, ADMIN_ACTOR, "credential.revoke", {"credential_id": str(credential_id)})
+    return {"credential_id": str(credential_id), "revoked": True}
+
+
+SELECT_PRINCIPAL = """
+SELECT c.id, c.token_sha256, c.namespace_id, n.name AS namespace, c.application_id,
+       a.status AS application_status, c.actor, c.scopes, c.expires_at, c.revoked_at
+FROM credentials c
+JOIN namespaces n ON n.id = c.namespace_id
+JOIN applications a ON a.id = c.application_id
+WHERE c.token_sha256 = %s
+"""
+SELECT_GRANTED_QUEUES = """
+SELECT q.name FROM credential_queue_grants g JOIN queues q ON q.id = g.queue_id WHERE g.credential_id = %s
+"""
+
+
+@unit_of_work
+def authenticate(tx: Tx, presented_sha256: bytes) -> auth.Principal | None:
+    """The principal of a current credential, or None (unknown, revoked or expired)."""
+    row = tx.one(SELECT_PRINCIPAL, (presented_sha256,))
+    if row is None or not auth.hashes_match(row["token_sha256"], presented_sha256):
+        return None
+    if row["revoked_at"] is not None or (row["expires_at"] is not None and row["expires_at"] <= tx.now()):
+        return None
+    queues = frozenset(r["name"] for r in tx.all(SELECT_GRANTED_QUEUES, (row["id"],)))
+    return auth.Principal(
+        credential_id=row["id"], namespace_id=row["namespace_id"], namespace=row["namespace"],
+        application_id=row["application_id"], application_status=row["application_status"],
+        actor=row["actor"], scopes=frozenset(row["scopes"].split()), queues=queues,
+    )

@@ -1,0 +1,154 @@
+"""Test harness: a real MySQL-compatible server, migrated once per session, emptied per test.
+
+Where the server comes from, first that answers:
+1. `WEAVE_TEST_DATABASE_URL` (its database is used as it is and emptied between tests);
+2. testcontainers MySQL 8 when a Docker engine answers;
+3. a private `mariadbd`/`mysqld` from PATH started in a temporary folder;
+4. otherwise the session stops with a message saying what to install.
+Only the test database is touched, never the server's other databases.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import falcon.testing
+import pytest
+
+from sql import tenancy
+from weave import auth, migrate
+from weave.app import create_app
+from weave.config import Config
+from weave.db import ControlledClock, Database, DatabaseUrl, connect
+from weave.devdb import PrivateServer, ServerNotFound
+
+TEST_DATABASE = "weave_test"
+MIGRATION_TABLES = ("_yoyo_log", "_yoyo_migration", "_yoyo_version", "yoyo_lock")
+
+
+def _docker_answers() -> bool:
+    if not shutil.which("docker"):
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory):
+    """A DatabaseUrl of a server we may use, naming the test database (not yet created)."""
+    explicit = os.environ.get("WEAVE_TEST_DATABASE_URL")
+    if explicit:
+        yield DatabaseUrl.parse(explicit)
+        return
+    if _docker_answers():
+        from testcontainers.mysql import MySqlContainer
+
+        with MySqlContainer("mysql:8.0", username="root", password="weave", dbname=TEST_DATABASE) as mysql:
+            url = DatabaseUrl("127.0.0.1", int(mysql.get_exposed_port(3306)), "root", "weave", TEST_DATABASE)
+            yield url
+        return
+    try:
+        server = PrivateServer(tmp_path_factory.mktemp("mariadb"), fast_and_unsafe=True).start()
+    except ServerNotFound as exc:
+        pytest.exit(str(exc), returncode=3)
+    try:
+        yield DatabaseUrl.parse(server.url(TEST_DATABASE))
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def migrated_url(server_url) -> DatabaseUrl:
+    migrate.ensure_database(server_url)
+    migrate.apply(server_url)
+    return server_url
+
+
+@pytest.fixture(scope="session")
+def weave_tables(migrated_url) -> list[str]:
+    conn = connect(migrated_url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT table_name AS t FROM information_schema.tables WHERE table_schema = %s",
+                        (migrated_url.database,))
+            return sorted(row["t"] for row in cur.fetchall() if row["t"] not in MIGRATION_TABLES)
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="session")
+def clock() -> ControlledClock:
+    return ControlledClock()
+
+
+@pytest.fixture(scope="session")
+def session_database(migrated_url, clock):
+    database = Database(migrated_url, clock=clock)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def database(session_database, weave_tables, clock) -> Database:
+    """The session's Database, every Weave table empty, the clock back at its start."""
+    clock.set(ControlledClock().now())
+    session_database.before_commit = None
+
+    def empty(tx):
+        for table in weave_tables:
+            tx.execute(f"DELETE FROM `{table}`")  # names come from information_schema, not input
+
+    session_database.run(empty)
+    return session_database
+
+
+@pytest.fixture
+def config(migrated_url) -> Config:
+    return Config(database_url=migrated_url.yoyo_url())
+
+
+@pytest.fixture
+def client(config, database) -> falcon.testing.TestClient:
+    return falcon.testing.TestClient(create_app(config, database))
+
+
+@dataclass
+class Tenant:
+    """One namespace with an application and queues, and a way to mint credentials in it."""
+
+    database: Database
+    namespace: str
+    application: str
+
+    def token(self, *scopes: str, queues: tuple[str, ...] = (), actor: str = "tester",
+              expires_in: int | None = None, application: str | None = None) -> str:
+        token = auth.new_token()
+        tenancy.create_credential(self.database, self.namespace, application or self.application, actor,
+                                  list(scopes), list(queues), auth.token_hash(token), expires_in)
+        return token
+
+    def headers(self, *scopes: str, **kwargs) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(*scopes, **kwargs)}"}
+
+
+def make_tenant(database: Database, namespace: str, queues: dict[str, int]) -> Tenant:
+    tenancy.create_namespace(database, namespace)
+    tenancy.create_application(database, namespace, "app", None)
+    for name, permits in queues.items():
+        tenancy.create_queue(database, namespace, name, permits)
+    return Tenant(database, namespace, "app")
+
+
+@pytest.fixture
+def tenant(database) -> Tenant:
+    return make_tenant(database, "acme", {"inventory": 4, "carrier": 2})
+
+
+@pytest.fixture
+def other_tenant(database) -> Tenant:
+    return make_tenant(database, "globex", {"inventory": 4})

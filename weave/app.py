@@ -1,0 +1,40 @@
+"""create_app(): the only wiring of the HTTP API."""
+
+from __future__ import annotations
+
+import falcon
+
+from weave import errors, openapi
+from weave.config import Config
+from weave.db import Database
+from weave.http import Authenticate
+from weave.resources import definitions, health, workflows
+from weave.resources.openapi import OpenApiDocument
+
+N = "/v1/namespaces/{namespace}"
+
+
+def routes(database: Database, config: Config) -> list[tuple[str, object]]:
+    limit = config.max_body_bytes
+    return [
+        ("/healthz", health.Health()),
+        ("/readyz", health.Ready(database)),
+        (f"{N}/definitions", definitions.DefinitionCollection(database, limit)),
+        (f"{N}/definitions/{{name}}/versions/{{version:int(min=1)}}", definitions.DefinitionVersion(database)),
+        (f"{N}/workflows", workflows.WorkflowCollection(database, limit)),
+        (f"{N}/workflows/{{workflow_id}}", workflows.Workflow(database)),
+        (f"{N}/workflows/{{workflow_id}}/events", workflows.WorkflowEvents(database)),
+    ]
+
+
+def create_app(config: Config, database: Database | None = None) -> falcon.App:
+    database = database or Database(config.database_url)
+    app = falcon.App(middleware=[Authenticate(database)])
+    app.req_options.strip_url_path_trailing_slash = True
+    document = OpenApiDocument()
+    served = routes(database, config) + [("/v1/openapi.json", document)]
+    for path, resource in served:
+        app.add_route(path, resource)
+    document.document = openapi.build(served)
+    errors.install(app)
+    return app

@@ -1,0 +1,74 @@
+"""Bearer tokens, principals and permission checks.
+
+A token is `wv_` + 43 URL-safe characters (256 random bits). Only its SHA-256 is stored; the
+lookup goes by hash and the found hash is compared again in constant time. A principal is what a
+valid, current credential says: namespace, application, actor, scopes and queue grants.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from weave.errors import Code, WeaveError
+
+TOKEN_PREFIX = "wv_"
+TOKEN_BYTES = 32
+
+SCOPES = frozenset({
+    "definitions:write", "definitions:read",
+    "workflows:start", "workflows:read", "workflows:signal", "workflows:control", "workflows:review",
+    "tasks:work",
+})
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def token_hash(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def hashes_match(stored: bytes, presented: bytes) -> bool:
+    return hmac.compare_digest(stored, presented)
+
+
+@dataclass(frozen=True)
+class Principal:
+    credential_id: int
+    namespace_id: int
+    namespace: str
+    application_id: int
+    application_status: str
+    actor: str
+    scopes: frozenset[str]
+    queues: frozenset[str]
+
+    def require(self, namespace: str, not_found: Code, *any_of_scopes: str) -> None:
+        """Refuse unless the request is in our namespace (else 404) and holds one of the scopes (else 403).
+
+        Another namespace is answered exactly like a missing object, so nothing leaks across tenants.
+        """
+        if namespace != self.namespace:
+            raise WeaveError(not_found, "no such object in this namespace")
+        if not self.scopes.intersection(any_of_scopes):
+            raise WeaveError(Code.FORBIDDEN, f"this credential lacks the scope {' or '.join(any_of_scopes)}")
+
+    def require_queues(self, queues) -> None:
+        """S1.1: every queue of the pinned definition must be granted; otherwise the object is hidden."""
+        missing = sorted(set(queues) - self.queues)
+        if missing:
+            raise WeaveError(Code.FORBIDDEN, f"this credential has no grant for queue(s) {', '.join(missing)}")
+
+
+def bearer_token(header: str | None) -> str:
+    if not header:
+        raise WeaveError(Code.UNAUTHENTICATED, "send Authorization: Bearer <token>")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+        raise WeaveError(Code.UNAUTHENTICATED, "the Authorization header must be 'Bearer wv_...'")
+    return token

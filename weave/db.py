@@ -1,0 +1,313 @@
+"""Connections, the unit-of-work transaction, the clock seam and driver-error translation.
+
+This is the only module that knows PyMySQL's exceptions. Everything above sees four outcomes:
+success, `DuplicateKey` (a named UNIQUE key fired), `Unavailable` (retries ran out on a
+retryable error) or `DatabaseError` (anything else).
+
+A unit of work is a function `fn(tx, *args)` decorated with `@unit_of_work`; callers pass the
+`Database` instead of `tx`. The decorator opens a READ COMMITTED transaction, runs the function,
+commits, and re-runs the *whole* function on deadlock (1213), lock wait timeout (1205), MariaDB's
+"record changed" (1020), a lost connection (2006/2013) or a duplicate key. Re-running on a
+duplicate key is how concurrent inserts of the same identity converge: every unit looks up its
+identity before inserting, so the second run finds the winner's row and replays it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Callable, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import pymysql
+import pymysql.cursors
+from pymysql.constants import CLIENT
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEADLOCK = 1213
+LOCK_WAIT_TIMEOUT = 1205
+RECORD_CHANGED = 1020  # MariaDB: "Record has changed since last read"
+DUP_ENTRY = 1062
+SERVER_GONE = 2006
+CONNECTION_LOST = 2013
+CANNOT_CONNECT = 2003
+RETRYABLE_CODES = frozenset({DEADLOCK, LOCK_WAIT_TIMEOUT, RECORD_CHANGED})
+CONNECTION_CODES = frozenset({SERVER_GONE, CONNECTION_LOST, CANNOT_CONNECT, 0})
+
+DEFAULT_MAX_ATTEMPTS = 6
+DEFAULT_POOL_SIZE = 32
+LOCK_WAIT_TIMEOUT_SECONDS = 10
+CONNECT_TIMEOUT_SECONDS = 5
+
+
+class DatabaseError(Exception):
+    """A database failure that retrying will not fix (an SQL error, a constraint, a bug)."""
+
+
+class DuplicateKey(DatabaseError):
+    """A UNIQUE key rejected an insert; `key` names it."""
+
+    def __init__(self, message: str, key: str | None):
+        super().__init__(message)
+        self.key = key
+
+
+class Retryable(DatabaseError):
+    """Deadlock, lock wait timeout, record changed or a lost connection: re-run the unit."""
+
+
+class Unavailable(DatabaseError):
+    """A unit of work kept failing with retryable errors; the caller should try again later."""
+
+
+def translate(exc: pymysql.err.MySQLError) -> DatabaseError:
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    message = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+    if code == DUP_ENTRY:
+        key = message.rsplit("for key ", 1)[-1].strip("'` ").split(".")[-1] if "for key" in message else None
+        return DuplicateKey(message, key)
+    if code in RETRYABLE_CODES or code in CONNECTION_CODES or isinstance(exc, pymysql.err.InterfaceError):
+        return Retryable(f"{code}: {message}")
+    return DatabaseError(f"{code}: {message}")
+
+
+@dataclass(frozen=True)
+class DatabaseUrl:
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+
+    @classmethod
+    def parse(cls, url: str) -> "DatabaseUrl":
+        parts = urlsplit(url)
+        if parts.scheme not in ("mysql", "mysql+pymysql", "mariadb"):
+            raise ValueError(f"database URL must start with mysql:// (got {parts.scheme!r})")
+        database = parts.path.lstrip("/")
+        if not database:
+            raise ValueError("database URL must name a database: mysql://user:pass@host:port/db")
+        return cls(
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or 3306,
+            user=unquote(parts.username or "root"),
+            password=unquote(parts.password or ""),
+            database=database,
+        )
+
+    def with_database(self, database: str) -> "DatabaseUrl":
+        return DatabaseUrl(self.host, self.port, self.user, self.password, database)
+
+    def yoyo_url(self) -> str:
+        from urllib.parse import quote
+
+        auth = quote(self.user, safe="") + (":" + quote(self.password, safe="") if self.password else "")
+        return f"mysql://{auth}@{self.host}:{self.port}/{self.database}"
+
+
+def connect(url: DatabaseUrl, database: bool = True) -> pymysql.connections.Connection:
+    """A connection in Weave's session settings: UTC, READ COMMITTED, strict, FOUND_ROWS."""
+    conn = pymysql.connect(
+        host=url.host,
+        port=url.port,
+        user=url.user,
+        password=url.password,
+        database=url.database if database else None,
+        charset="utf8mb4",
+        autocommit=False,
+        # Matched rows, not changed rows: a guarded UPDATE that sets a value to itself still counts.
+        client_flag=CLIENT.FOUND_ROWS,
+        cursorclass=pymysql.cursors.DictCursor,
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+    )
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'")
+        cur.execute("SET SESSION innodb_lock_wait_timeout = %s", (LOCK_WAIT_TIMEOUT_SECONDS,))
+    conn.commit()
+    return conn
+
+
+class DatabaseClock:
+    """Production time: the database's UTC clock, so every node agrees (I5)."""
+
+    def now(self, cursor) -> datetime:
+        cursor.execute("SELECT UTC_TIMESTAMP(6) AS now")
+        return cursor.fetchone()["now"]
+
+
+class ControlledClock:
+    """Test time: starts at a fixed instant and moves only when told to."""
+
+    def __init__(self, start: datetime = datetime(2026, 11, 30, 7, 0, 0)):
+        self._now = start
+        self._lock = threading.Lock()
+
+    def now(self, cursor=None) -> datetime:
+        with self._lock:
+            return self._now
+
+    def set(self, when: datetime) -> None:
+        with self._lock:
+            self._now = when
+
+    def advance(self, seconds: float = 0, **kwargs) -> datetime:
+        with self._lock:
+            self._now += timedelta(seconds=seconds, **kwargs)
+            return self._now
+
+
+class Tx:
+    """One open transaction: thin helpers over a DictCursor plus the transaction's `now`."""
+
+    def __init__(self, cursor, clock):
+        self.cursor = cursor
+        self._clock = clock
+        self._now: datetime | None = None
+
+    def now(self) -> datetime:
+        """Read once per transaction, on first use: call it only after taking the instance lock."""
+        if self._now is None:
+            self._now = self._clock.now(self.cursor)
+        return self._now
+
+    def one(self, sql: str, params: tuple | dict = ()) -> dict | None:
+        self.cursor.execute(sql, params)
+        return self.cursor.fetchone()
+
+    def all(self, sql: str, params: tuple | dict = ()) -> list[dict]:
+        self.cursor.execute(sql, params)
+        return list(self.cursor.fetchall())
+
+    def execute(self, sql: str, params: tuple | dict = ()) -> int:
+        """Run a statement and return the matched row count."""
+        return self.cursor.execute(sql, params)
+
+    def insert(self, sql: str, params: tuple | dict = ()) -> int:
+        """Run an INSERT and return the new AUTO_INCREMENT id."""
+        self.cursor.execute(sql, params)
+        return self.cursor.lastrowid
+
+    def executemany(self, sql: str, rows: list) -> int:
+        return self.cursor.executemany(sql, rows) if rows else 0
+
+
+class Database:
+    """A pool of connections to one database plus the clock seam and the retry policy."""
+
+    def __init__(self, url: str | DatabaseUrl, clock=None, pool_size: int = DEFAULT_POOL_SIZE,
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS):
+        self.url = DatabaseUrl.parse(url) if isinstance(url, str) else url
+        self.clock = clock or DatabaseClock()
+        self.max_attempts = max_attempts
+        self._idle: queue.LifoQueue = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(pool_size)
+        # Test seam: called with (tx, unit name) before COMMIT, to cut a transaction short.
+        self.before_commit: Callable[[Tx, str], None] | None = None
+
+    def _checkout(self) -> pymysql.connections.Connection:
+        self._slots.acquire()
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            try:
+                return connect(self.url)
+            except BaseException:
+                self._slots.release()
+                raise
+
+    def _checkin(self, conn, reusable: bool) -> None:
+        if reusable:
+            self._idle.put(conn)
+        else:
+            _close_quietly(conn)
+        self._slots.release()
+
+    def run(self, unit: Callable[..., T], *args, **kwargs) -> T:
+        """Run `unit(tx, *args, **kwargs)` as one transaction, re-running it on retryable errors."""
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return self._run_once(unit, args, kwargs)
+            except (Retryable, DuplicateKey) as exc:
+                if attempt == self.max_attempts:
+                    raise Unavailable(f"{unit.__name__} failed {attempt} times; last error: {exc}") from exc
+                log.info("retrying %s after %s (attempt %d)", unit.__name__, exc, attempt)
+                time.sleep(random.uniform(0.002, 0.01) * (2 ** attempt))
+        raise AssertionError("unreachable")
+
+    def _run_once(self, unit, args, kwargs):
+        try:
+            conn = self._checkout()
+        except pymysql.err.MySQLError as exc:
+            raise translate(exc) from exc
+        reusable = False
+        try:
+            conn.begin()
+            with conn.cursor() as cursor:
+                tx = Tx(cursor, self.clock)
+                result = unit(tx, *args, **kwargs)
+                if self.before_commit is not None:
+                    self.before_commit(tx, unit.__name__)
+            conn.commit()
+            reusable = True
+            return result
+        except pymysql.err.MySQLError as exc:
+            # 1205 leaves the transaction open: always roll back before anything else.
+            reusable = _rollback_quietly(conn) and not isinstance(translate(exc), Retryable)
+            raise translate(exc) from exc
+        except BaseException:
+            reusable = _rollback_quietly(conn)
+            raise
+        finally:
+            self._checkin(conn, reusable)
+
+    def ping(self) -> None:
+        """Raise `DatabaseError` unless the database answers."""
+        self.run(_select_one)
+
+    def close(self) -> None:
+        while True:
+            try:
+                _close_quietly(self._idle.get_nowait())
+            except queue.Empty:
+                return
+
+
+def unit_of_work(fn: Callable[..., T]) -> Callable[..., T]:
+    """Turn `fn(tx, ...)` into `fn(db, ...)` that runs as one retried transaction."""
+
+    @functools.wraps(fn)
+    def run(db: Database, *args: Any, **kwargs: Any) -> T:
+        return db.run(fn, *args, **kwargs)
+
+    return run
+
+
+def _select_one(tx: Tx) -> None:
+    tx.one("SELECT 1")
+
+
+def _rollback_quietly(conn) -> bool:
+    """Roll back; False when the connection is gone (the pool then discards it)."""
+    try:
+        conn.rollback()
+        return True
+    except Exception:
+        return False
+
+
+def _close_quietly(conn) -> None:
+    try:
+        conn.close()
+    except Exception:
+        pass

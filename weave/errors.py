@@ -1,0 +1,123 @@
+"""The error codes of the HTTP API, their statuses, and the one problem+json handler.
+
+Everything that refuses a request raises `WeaveError(Code.X, detail, errors=[...])`. Falcon's own
+errors (unknown route, wrong method) and database unavailability are mapped here as well, so
+that every error body has the same shape:
+`{"type", "title", "status", "detail", "code", "errors": [{"pointer", "message"}]}`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+
+import falcon
+
+from weave import db
+
+log = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class Code(enum.Enum):
+    UNAUTHENTICATED = (401, "Authentication required")
+    FORBIDDEN = (403, "Forbidden")
+    WORKFLOW_NOT_FOUND = (404, "Workflow not found")
+    SIGNAL_NOT_FOUND = (404, "Signal not found")
+    DEFINITION_NOT_FOUND = (404, "Definition not found")
+    TASK_NOT_FOUND = (404, "Task not found")
+    NOT_FOUND = (404, "Not found")
+    METHOD_NOT_ALLOWED = (405, "Method not allowed")
+    INVALID_JSON = (400, "Invalid JSON")
+    BAD_REQUEST = (400, "Bad request")
+    VALIDATION_FAILED = (422, "Validation failed")
+    CONTRACT_MISMATCH = (422, "Signal does not match the step's contract")
+    PAYLOAD_TOO_LARGE = (413, "Payload too large")
+    UNSUPPORTED_MEDIA_TYPE = (415, "Unsupported media type")
+    IDEMPOTENCY_CONFLICT = (409, "Idempotency key reused with different content")
+    ACTIVATION_NOT_FOUND = (409, "Activation not found")
+    SIGNAL_LIMIT_REACHED = (409, "Signal limit reached")
+    WORKFLOW_EXISTS = (409, "Workflow exists")
+    INVALID_STATE = (409, "Invalid state")
+    TASK_IN_FLIGHT = (409, "Task in flight")
+    LEASE_LOST = (409, "Lease lost")
+    QUOTA_EXCEEDED = (429, "Quota exceeded")
+    UNAVAILABLE = (503, "Service unavailable")
+    INTERNAL = (500, "Internal error")
+
+    @property
+    def status(self) -> int:
+        return self.value[0]
+
+    @property
+    def title(self) -> str:
+        return self.value[1]
+
+
+class WeaveError(Exception):
+    def __init__(self, code: Code, detail: str, errors: list[dict] | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(f"{code.name}: {detail}")
+        self.code = code
+        self.detail = detail
+        self.errors = errors or []
+        self.headers = headers or {}
+
+
+def field_error(code: Code, pointer: str, message: str) -> WeaveError:
+    """An error about one place of the request body."""
+    return WeaveError(code, f"{pointer or '/'}: {message}", [{"pointer": pointer, "message": message}])
+
+
+def problem(code: Code, detail: str, errors: list[dict] | None = None) -> dict:
+    return {
+        "type": f"urn:weave:problem:{code.name}",
+        "title": code.title,
+        "status": code.status,
+        "detail": detail,
+        "code": code.name,
+        "errors": errors or [],
+    }
+
+
+def _respond(resp: falcon.Response, code: Code, detail: str, errors=None, headers=None) -> None:
+    resp.status = code.status
+    resp.content_type = PROBLEM_JSON
+    resp.text = json.dumps(problem(code, detail, errors), ensure_ascii=False)
+    for name, value in (headers or {}).items():
+        resp.set_header(name, value)
+
+
+_FALCON_STATUS_CODES = {
+    400: Code.BAD_REQUEST, 401: Code.UNAUTHENTICATED, 403: Code.FORBIDDEN, 404: Code.NOT_FOUND,
+    405: Code.METHOD_NOT_ALLOWED, 413: Code.PAYLOAD_TOO_LARGE, 415: Code.UNSUPPORTED_MEDIA_TYPE,
+}
+
+
+def install(app: falcon.App) -> None:
+    """Register the handlers: Weave errors, Falcon errors, database unavailability, the rest."""
+
+    def weave_error(req, resp, ex: WeaveError, params):
+        _respond(resp, ex.code, ex.detail, ex.errors, ex.headers)
+
+    def falcon_error(req, resp, ex: falcon.HTTPError, params):
+        code = _FALCON_STATUS_CODES.get(ex.status_code, Code.BAD_REQUEST)
+        headers = dict(ex.headers or {})
+        _respond(resp, code, ex.description or ex.title or code.title, headers=headers)
+        resp.status = ex.status_code
+
+    def unavailable(req, resp, ex: db.Unavailable, params):
+        log.warning("503 for %s %s: %s", req.method, req.path, ex)
+        _respond(resp, Code.UNAVAILABLE, "the database is busy; retry shortly", headers={"Retry-After": "1"})
+
+    def unexpected(req, resp, ex: Exception, params):
+        log.exception("unexpected error in %s %s", req.method, req.path)
+        _respond(resp, Code.INTERNAL, "an internal error occurred; it has been logged")
+
+    # Falcon picks the most specific registered class, so the order here does not matter.
+    app.add_error_handler(Exception, unexpected)
+    app.add_error_handler(falcon.HTTPError, falcon_error)
+    app.add_error_handler(db.Unavailable, unavailable)
+    app.add_error_handler(WeaveError, weave_error)

@@ -1,0 +1,110 @@
+"""What every resource shares: operation metadata, authentication, bounded exact-JSON bodies.
+
+- `@operation(...)` marks a responder with what OpenAPI needs (summary, scopes, request schema,
+  statuses); `weave.openapi` reads these marks, so the document lists exactly what is served.
+- `Authenticate` middleware resolves the bearer token once per request into
+  `req.context.principal` for every responder not marked `public`.
+- `read_json(req, schema, limit)` enforces the body cap before reading (413), the media type
+  (415), exact JSON (400) and the schema (422).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import falcon
+
+from sql import tenancy
+from weave import auth, jsontext, schemas
+from weave.db import Database
+from weave.errors import Code, WeaveError
+
+JSON = "application/json"
+VALUE_LIMIT_BYTES = 256 * 1024  # a workflow input, a task result, a signal payload (serialised)
+
+
+@dataclass(frozen=True)
+class Operation:
+    summary: str
+    scopes: tuple[str, ...] = ()
+    request: str | None = None  # name of a schema in weave/schemas
+    statuses: tuple[int, ...] = (200,)
+    public: bool = False
+    query: tuple[tuple[str, str], ...] = field(default=())  # (name, description)
+    headers: tuple[tuple[str, str], ...] = field(default=())
+
+
+def operation(summary: str, **kwargs: Any) -> Callable:
+    def mark(responder: Callable) -> Callable:
+        responder.operation = Operation(summary, **kwargs)
+        return responder
+    return mark
+
+
+class Authenticate:
+    """Falcon middleware: every non-public responder runs with `req.context.principal` set."""
+
+    def __init__(self, database: Database):
+        self.database = database
+
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource, params) -> None:
+        if resource is None:
+            return
+        responder = getattr(resource, f"on_{req.method.lower()}", None)
+        meta = getattr(responder, "operation", None)
+        if meta is None or meta.public:
+            return
+        token = auth.bearer_token(req.get_header("Authorization"))
+        principal = tenancy.authenticate(self.database, auth.token_hash(token))
+        if principal is None:
+            raise WeaveError(Code.UNAUTHENTICATED, "the token is unknown, revoked or expired",
+                             headers={"WWW-Authenticate": 'Bearer realm="weave"'})
+        req.context.principal = principal
+
+
+def read_json(req: falcon.Request, schema: str, limit: int) -> Any:
+    """The request body parsed exactly and validated against `weave/schemas/<schema>.json`."""
+    if req.content_length is not None and req.content_length > limit:
+        raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the body has {req.content_length} bytes; the limit is {limit}")
+    media_type = (req.content_type or "").split(";", 1)[0].strip().lower()
+    if media_type != JSON:
+        raise WeaveError(Code.UNSUPPORTED_MEDIA_TYPE, f"send Content-Type: {JSON} (got {req.content_type or 'none'})")
+    raw = req.bounded_stream.read(limit + 1)
+    if len(raw) > limit:
+        raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the body is over the limit of {limit} bytes")
+    if not raw.strip():
+        raise WeaveError(Code.INVALID_JSON, "the body is empty; a JSON document is required")
+    try:
+        value = jsontext.loads(raw)
+    except jsontext.JsonRejected as exc:
+        raise WeaveError(Code.INVALID_JSON, f"the body is not acceptable JSON: {exc}") from None
+    schemas.validate(schema, value)
+    return value
+
+
+def bounded_value_text(value: Any, pointer: str) -> str:
+    """The compact text of a client-supplied JSON value, refused above 256 KiB (413)."""
+    text = jsontext.compact(value)
+    size = len(text.encode("utf-8"))
+    if size > VALUE_LIMIT_BYTES:
+        raise WeaveError(Code.PAYLOAD_TOO_LARGE,
+                         f"{pointer}: serialises to {size} bytes; the limit is {VALUE_LIMIT_BYTES}",
+                         [{"pointer": pointer, "message": f"larger than {VALUE_LIMIT_BYTES} bytes serialised"}])
+    return text
+
+
+def send_json(resp: falcon.Response, status: int, body: Any) -> None:
+    resp.status = status
+    resp.content_type = JSON
+    resp.text = jsontext.compact(body)
+
+
+def query_int(req: falcon.Request, name: str, default: int, minimum: int, maximum: int) -> int:
+    raw = req.get_param(name)
+    if raw is None or raw == "":
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or not minimum <= int(raw) <= maximum:
+        raise WeaveError(Code.VALIDATION_FAILED, f"query parameter {name!r} must be an integer {minimum}..{maximum}",
+                         [{"pointer": f"?{name}", "message": f"must be an integer {minimum}..{maximum}"}])
+    return int(raw)

@@ -1,0 +1,150 @@
+"""Exact JSON: parse without losing anything, serialise compactly, digest canonically (S1.11).
+
+- Numbers keep their exact decimal value: integers become `int`, everything else `Decimal`.
+- Duplicate object keys, NaN and Infinity are refused (`JsonRejected`).
+- `compact()` writes members in their original order with no whitespace: this is what is stored.
+- `canonical()` sorts object members: this is what request digests are taken over, so that two
+  clients sending the same content in another member order get the same digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from decimal import Decimal
+from typing import Any
+
+_encode_string = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
+class Raw(str):
+    """Text that is already compact JSON (read from the database): written out as it is."""
+
+
+class JsonRejected(ValueError):
+    """The text is not JSON that Weave accepts; the message says why."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    obj: dict = {}
+    for key, value in pairs:
+        if key in obj:
+            raise JsonRejected(f"duplicate object key {key!r}")
+        obj[key] = value
+    return obj
+
+
+def _no_constants(name: str) -> Any:
+    raise JsonRejected(f"{name} is not a JSON number")
+
+
+def _exact_int(text: str) -> int | Decimal:
+    # Python refuses to convert ints of more than 4300 digits to and from text; Decimal has no cap.
+    return int(text) if len(text) <= 4000 else Decimal(text)
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_no_duplicates, parse_float=Decimal, parse_int=_exact_int,
+    parse_constant=_no_constants, strict=True,
+)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _refuse_lone_surrogates(value: Any) -> None:
+    """A \\uD800 escape without its pair parses to a string that is not Unicode text."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise JsonRejected("string holds an unpaired UTF-16 surrogate escape") from None
+    elif isinstance(value, dict):
+        for key, member in value.items():
+            _refuse_lone_surrogates(key)
+            _refuse_lone_surrogates(member)
+    elif isinstance(value, list):
+        for item in value:
+            _refuse_lone_surrogates(item)
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse one JSON document exactly. Raises `JsonRejected` with a readable reason."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JsonRejected(f"body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        value = _DECODER.decode(text)
+    except JsonRejected:
+        raise
+    except json.JSONDecodeError as exc:
+        raise JsonRejected(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise JsonRejected("JSON nested too deeply") from None
+    if _SURROGATE_ESCAPE.search(text):
+        _refuse_lone_surrogates(value)
+    return value
+
+
+def _write(value: Any, out: list[str], sort_keys: bool) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, Raw):
+        out.append(value)
+    elif isinstance(value, str):
+        out.append(_encode_string(value))
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, Decimal):
+        if not value.is_finite():
+            raise JsonRejected(f"{value} is not a JSON number")
+        out.append(str(value))
+    elif isinstance(value, float):
+        out.append(json.dumps(value, allow_nan=False))
+    elif isinstance(value, dict):
+        out.append("{")
+        items = sorted(value.items()) if sort_keys else value.items()
+        for i, (key, member) in enumerate(items):
+            if i:
+                out.append(",")
+            out.append(_encode_string(key))
+            out.append(":")
+            _write(member, out, sort_keys)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _write(item, out, sort_keys)
+        out.append("]")
+    else:
+        raise TypeError(f"cannot serialise {type(value).__name__} as JSON")
+
+
+def compact(value: Any) -> str:
+    """Compact JSON in the original member order, numbers exactly as parsed."""
+    out: list[str] = []
+    _write(value, out, sort_keys=False)
+    return "".join(out)
+
+
+def canonical(value: Any) -> str:
+    """Compact JSON with object members sorted: the input of every digest."""
+    out: list[str] = []
+    _write(value, out, sort_keys=True)
+    return "".join(out)
+
+
+def digest(value: Any) -> str:
+    """SHA-256 (hex) of the canonical form."""
+    return hashlib.sha256(canonical(value).encode("utf-8")).hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

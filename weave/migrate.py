@@ -1,0 +1,65 @@
+"""Schema migrations (yoyo, SQL files in `migrations/` with rollbacks) and the readiness check.
+
+Upgrade procedure (M4): stop old writers, apply every migration, start the new version.
+`/readyz` answers 503 while `pending()` is not empty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pymysql
+from yoyo import get_backend, read_migrations
+
+from weave.db import DatabaseUrl
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def ensure_database(url: DatabaseUrl) -> None:
+    """Create the database if it does not exist, always in utf8mb4 (Debian defaults to latin1)."""
+    conn = pymysql.connect(host=url.host, port=url.port, user=url.user, password=url.password, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                f"CREATE DATABASE IF NOT EXISTS `{_identifier(url.database)}` "
+                "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+            )
+    finally:
+        conn.close()
+
+
+def _identifier(name: str) -> str:
+    if not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"database name {name!r} must be letters, digits, '_' or '-'")
+    return name
+
+
+def _backend_and_migrations(url: DatabaseUrl, directory: Path):
+    return get_backend(url.yoyo_url()), read_migrations(str(directory))
+
+
+def apply(url: DatabaseUrl, directory: Path = MIGRATIONS_DIR, upto: str | None = None) -> list[str]:
+    """Apply pending migrations (all, or up to and including `upto`); return their ids."""
+    backend, migrations = _backend_and_migrations(url, directory)
+    with backend.lock():
+        todo = backend.to_apply(migrations)
+        if upto is not None:
+            ids = [m.id for m in migrations]
+            todo = todo.filter(lambda m: ids.index(m.id) <= ids.index(upto))
+        backend.apply_migrations(todo)
+    return [m.id for m in todo]
+
+
+def rollback(url: DatabaseUrl, directory: Path = MIGRATIONS_DIR) -> list[str]:
+    """Roll back every applied migration, newest first; return their ids."""
+    backend, migrations = _backend_and_migrations(url, directory)
+    with backend.lock():
+        todo = backend.to_rollback(migrations)
+        backend.rollback_migrations(todo)
+    return [m.id for m in todo]
+
+
+def pending(url: DatabaseUrl, directory: Path = MIGRATIONS_DIR) -> list[str]:
+    backend, migrations = _backend_and_migrations(url, directory)
+    return [m.id for m in backend.to_apply(migrations)]

@@ -1,0 +1,1 @@
+"""Thin Falcon resources: parse, validate, call one `sql/` unit, shape the response."""

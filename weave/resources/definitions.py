@@ -1,0 +1,46 @@
+"""Publish and read definitions (D1-D4)."""
+
+from __future__ import annotations
+
+import falcon
+
+from sql import definitions
+from weave.errors import Code, WeaveError
+from weave.http import operation, read_json, send_json
+from weave.rules import definitions as definition_rules
+from weave.views import definition_view
+
+
+class DefinitionCollection:
+    def __init__(self, database, body_limit: int):
+        self.database = database
+        self.body_limit = body_limit
+
+    @operation("Publish a definition: 201 for a new version, 200 when identical to the latest",
+               scopes=("definitions:write",), request="definition", statuses=(200, 201, 401, 403, 404, 413, 415, 422))
+    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
+        principal = req.context.principal
+        principal.require(namespace, Code.DEFINITION_NOT_FOUND, "definitions:write")
+        document = read_json(req, "definition", self.body_limit)
+        problems = definition_rules.problems(document)
+        if problems:
+            errors = [{"pointer": p.pointer, "message": p.message} for p in problems]
+            raise WeaveError(Code.VALIDATION_FAILED, f"{errors[0]['pointer']}: {errors[0]['message']}", errors)
+        definition, created = definitions.publish_definition(
+            self.database, principal.namespace_id, document, principal.credential_id, principal.actor)
+        send_json(resp, 201 if created else 200, definition_view(definition))
+
+
+class DefinitionVersion:
+    def __init__(self, database):
+        self.database = database
+
+    @operation("Read a published definition version", scopes=("definitions:read", "workflows:read"),
+               statuses=(200, 401, 403, 404))
+    def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, name: str, version: int) -> None:
+        principal = req.context.principal
+        principal.require(namespace, Code.DEFINITION_NOT_FOUND, "definitions:read", "workflows:read")
+        definition = definitions.read_definition(self.database, principal.namespace_id, name, version)
+        if definition is None:
+            raise WeaveError(Code.DEFINITION_NOT_FOUND, f"definition {name!r} version {version} does not exist")
+        send_json(resp, 200, definition_view(definition, with_document=True))

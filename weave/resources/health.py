@@ -1,0 +1,38 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+import falcon
+
+from weave import migrate
+from weave.db import Database, DatabaseError
+from weave.errors import Code, WeaveError
+from weave.http import operation, send_json
+
+
+class Health:
+    @operation("Liveness: the process answers", public=True)
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        send_json(resp, 200, {"status": "ok"})
+
+
+class Ready:
+    """Ready when the database answers and no migration is pending (M4)."""
+
+    def __init__(self, database: Database):
+        self.database = database
+        self._migrated = False  # once every migration is applied, only new code can add one
+
+    @operation("Readiness: database reachable and migrations applied", public=True, statuses=(200, 503))
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        try:
+            self.database.ping()
+            if not self._migrated:
+                waiting = migrate.pending(self.database.url)
+                if waiting:
+                    raise WeaveError(Code.UNAVAILABLE, f"migrations pending: {', '.join(waiting)}",
+                                     headers={"Retry-After": "5"})
+                self._migrated = True
+        except DatabaseError as exc:
+            raise WeaveError(Code.UNAVAILABLE, f"database unreachable: {exc}", headers={"Retry-After": "5"}) from None
+        send_json(resp, 200, {"status": "ready"})

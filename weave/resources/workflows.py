@@ -1,0 +1,81 @@
+"""Start and read workflow instances and their history (I1, I2)."""
+
+from __future__ import annotations
+
+import secrets
+
+import falcon
+
+from sql import events, instances
+from weave import jsontext
+from weave.errors import Code, WeaveError
+from weave.http import bounded_value_text, operation, query_int, read_json, send_json
+from weave.views import event_view, workflow_view
+
+EVENTS_PAGE_DEFAULT = 100
+EVENTS_PAGE_MAX = 1000
+
+
+class WorkflowCollection:
+    def __init__(self, database, body_limit: int):
+        self.database = database
+        self.body_limit = body_limit
+
+    @operation("Start a workflow (idempotent on workflow_id)", scopes=("workflows:start",),
+               request="start_workflow", statuses=(200, 201, 401, 403, 404, 409, 413, 415, 422))
+    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
+        principal = req.context.principal
+        principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:start")
+        if principal.application_status != "ACTIVE":
+            raise WeaveError(Code.FORBIDDEN, "the application of this credential is disabled; it cannot start work")
+        body = read_json(req, "start_workflow", self.body_limit)
+        input_text = bounded_value_text(body["input"], "/input")
+        workflow_id = body.get("workflow_id") or "wf_" + secrets.token_hex(16)
+        request = instances.StartRequest(
+            workflow_id=workflow_id,
+            definition=body["definition"],
+            version=body["version"],
+            input_text=input_text,
+            deadline_seconds=body["deadline_seconds"],
+            request_digest=jsontext.digest({**body, "workflow_id": workflow_id}),
+        )
+        facts, created = instances.start_workflow(
+            self.database, principal.namespace_id, principal.application_id, principal.credential_id,
+            principal.actor, request)
+        send_json(resp, 201 if created else 200, workflow_view(facts))
+
+
+class Workflow:
+    def __init__(self, database):
+        self.database = database
+
+    @operation("Read a workflow: status, gate, steps, activations, waits, review reason",
+               scopes=("workflows:read",), statuses=(200, 401, 403, 404))
+    def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
+        principal = req.context.principal
+        principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:read")
+        facts = instances.read_workflow(self.database, principal.namespace_id, workflow_id)
+        if facts is None:
+            raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
+        send_json(resp, 200, workflow_view(facts))
+
+
+class WorkflowEvents:
+    def __init__(self, database):
+        self.database = database
+
+    @operation("A page of a workflow's history, oldest first", scopes=("workflows:read",),
+               statuses=(200, 401, 403, 404, 422),
+               query=(("after", "return events with seq greater than this (default 0)"),
+                      ("limit", f"page size, 1..{EVENTS_PAGE_MAX} (default {EVENTS_PAGE_DEFAULT})")))
+    def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
+        principal = req.context.principal
+        principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:read")
+        after = query_int(req, "after", 0, 0, 2**32 - 1)
+        limit = query_int(req, "limit", EVENTS_PAGE_DEFAULT, 1, EVENTS_PAGE_MAX)
+        rows = events.list_events(self.database, principal.namespace_id, workflow_id, after, limit + 1)
+        if rows is None:
+            raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
+        page = rows[:limit]
+        next_after = page[-1]["seq"] if len(rows) > limit else None
+        send_json(resp, 200, {"events": [event_view(row) for row in page], "next_after": next_after})

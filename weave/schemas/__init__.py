@@ -1,0 +1,81 @@
+"""JSON Schemas of every request body and of the definition document, with validators built once.
+
+The same documents feed the OpenAPI description (`weave.openapi`), so what is documented is
+exactly what is enforced. `validate(name, value)` raises `VALIDATION_FAILED` with one JSON
+Pointer per problem.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from weave import jsontext
+from weave.errors import Code, WeaveError
+
+MAX_REPORTED_ERRORS = 20
+MAX_MESSAGE_CHARS = 300
+
+
+@functools.cache
+def schema(name: str) -> dict:
+    """The schema document `weave/schemas/<name>.json`."""
+    return json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text("utf-8"))
+
+
+@functools.cache
+def _validator(name: str) -> Draft202012Validator:
+    document = schema(name)
+    Draft202012Validator.check_schema(document)
+    return Draft202012Validator(document)
+
+
+def pointer(path) -> str:
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+
+
+def _message(error) -> str:
+    text = error.message
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
+
+
+def errors_of(validator: Draft202012Validator, value: Any, prefix: str = "") -> list[dict]:
+    found = sorted(validator.iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    return [{"pointer": prefix + pointer(e.absolute_path), "message": _message(e)} for e in found]
+
+
+def check(validator: Draft202012Validator, value: Any, code: Code = Code.VALIDATION_FAILED,
+          prefix: str = "") -> None:
+    """Raise `code` listing every place where `value` breaks the schema."""
+    errors = errors_of(validator, value, prefix)
+    if errors:
+        shown = errors[:MAX_REPORTED_ERRORS]
+        raise WeaveError(code, f"{shown[0]['pointer'] or '/'}: {shown[0]['message']}", shown)
+
+
+def validate(name: str, value: Any) -> None:
+    check(_validator(name), value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled_payload_schema(canonical_text: str) -> Draft202012Validator:
+    return Draft202012Validator(jsontext.loads(canonical_text))
+
+
+def payload_validator(payload_schema: Any) -> Draft202012Validator:
+    """A compiled validator for a signal contract's payload schema, cached by its canonical text."""
+    return _compiled_payload_schema(jsontext.canonical(payload_schema))
+
+
+def schema_problems(candidate: Any) -> str | None:
+    """Why `candidate` is not a valid Draft 2020-12 schema, or None when it is."""
+    try:
+        Draft202012Validator.check_schema(candidate)
+    except SchemaError as exc:
+        return _message(exc)
+    return None

@@ -1,0 +1,64 @@
+"""Representations: plain facts read by `sql/` shaped into the pinned JSON of SPEC §11."""
+
+from __future__ import annotations
+
+from sql.definitions import Definition
+from sql.instances import WorkflowFacts
+from weave.jsontext import Raw
+from weave.times import rfc3339
+
+
+def definition_view(definition: Definition, with_document: bool = False) -> dict:
+    view = {
+        "name": definition.name,
+        "version": definition.version,
+        "digest": definition.digest,
+        "created_at": rfc3339(definition.created_at),
+    }
+    if with_document:
+        view["document"] = Raw(definition.document_text)
+    return view
+
+
+def _step_view(step: dict, facts: WorkflowFacts) -> dict:
+    activation = facts.activations.get(step["key"])
+    if activation is None:
+        return {"key": step["key"], "type": step["type"], "activation_sequence": None,
+                "status": "NOT_STARTED", "result": None, "wait": None, "task": None}
+    task = facts.tasks.get(activation["id"])
+    return {
+        "key": step["key"],
+        "type": step["type"],
+        "activation_sequence": activation["activation_sequence"],
+        "status": activation["status"],
+        "result": Raw(activation["result"]) if activation["result"] is not None else None,
+        "review_reason": activation["review_reason"],
+        "activated_at": rfc3339(activation["activated_at"]),
+        "deadline_at": rfc3339(activation["deadline_at"]),
+        "wait": None,
+        "task": None if task is None else {
+            "task_id": str(task["id"]), "status": task["status"], "attempt": task["attempt"],
+        },
+    }
+
+
+def workflow_view(facts: WorkflowFacts) -> dict:
+    instance = facts.instance
+    return {
+        "workflow_id": instance["workflow_id"],
+        "namespace": instance["namespace"],
+        "definition": instance["definition"],
+        "version": instance["version"],
+        "status": instance["status"],
+        "gate": instance["gate"],
+        "review_reason": instance["review_reason"],
+        "input": Raw(instance["input"]),
+        "deadline_at": rfc3339(instance["deadline_at"]),
+        "created_at": rfc3339(instance["created_at"]),
+        "updated_at": rfc3339(instance["updated_at"]),
+        "steps": [_step_view(step, facts) for step in facts.document["steps"]],
+    }
+
+
+def event_view(row: dict) -> dict:
+    return {"seq": row["seq"], "type": row["type"], "at": rfc3339(row["at"]), "data": Raw(row["data"])}
