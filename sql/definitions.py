@@ -1,8 +1,8 @@
 """Definitions: publish (numbered 1, 2, 3… per name) and read. A published version never changes.
 
-Concurrent publishers of the same name both read "latest = n" and both insert n+1; the UNIQUE key
-`uq_definitions_name_version` lets one win and the other's unit is re-run, which then sees n+1:
-identical document → that version (200), different document → n+2.
+Publishers in one namespace queue up on the namespace row (publishing is rare), so each reads
+the true latest version before numbering the next: versions have no gaps and no twins. The UNIQUE
+key `uq_definitions_name_version` stays as the backstop: a duplicate re-runs the unit.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class Definition:
         return definition_rules.queues_used(self.document)
 
 
+LOCK_NAMESPACE = "SELECT id FROM namespaces WHERE id = %s FOR UPDATE"
 SELECT_LATEST = """
 SELECT id, name, version, digest, created_at, document FROM definitions
 WHERE namespace_id = %s AND name = %s ORDER BY version DESC LIMIT 1
@@ -66,6 +67,7 @@ def publish_definition(tx: Tx, namespace_id: int, document: dict, credential_id:
                        ) -> tuple[Definition, bool]:
     """Publish `document` (already schema-valid); returns (definition, created)."""
     digest = jsontext.digest(document)
+    tx.one(LOCK_NAMESPACE, (namespace_id,))
     latest = _definition(tx.one(SELECT_LATEST, (namespace_id, document["name"])))
     if latest is not None and latest.digest == digest:
         return latest, False

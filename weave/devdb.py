@@ -54,6 +54,16 @@ def _is_mariadb(binary: str) -> bool:
     return "mariadb" in (out.stdout + out.stderr).lower()
 
 
+def _die_with_parent() -> None:
+    """Linux: the server gets SIGTERM when the process that started it dies, even by SIGKILL."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _run_as_root_args() -> list[str]:
     # Both servers refuse to run as root unless told to; containers and CI often are root.
     return ["--user=root"] if os.geteuid() == 0 else []
@@ -111,7 +121,7 @@ class PrivateServer:
             args += ["--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", "--sync-binlog=0"]
         self.process = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_die_with_parent,
         )
         self._wait_until_ready()
         self._allow_tcp_root()

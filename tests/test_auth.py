@@ -1,0 +1,106 @@
+"""Bearer tokens, scopes, namespaces: 401 / 403 / 404."""
+
+import hashlib
+
+import pytest
+
+from sql import tenancy
+from weave import auth
+
+DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}]}
+
+
+def problem_code(result):
+    assert result.headers["content-type"] == "application/problem+json"
+    return result.json["code"]
+
+
+def test_tokens_are_256_bit_prefixed_and_stored_only_as_sha256(database, tenant, weave_tables):
+    token = tenant.token("workflows:read")
+    assert token.startswith("wv_") and len(token) >= 3 + 43
+    rows = database.run(lambda tx: tx.all("SELECT token_sha256 FROM credentials"))
+    assert [r["token_sha256"] for r in rows] == [hashlib.sha256(token.encode()).digest()]
+
+    def every_value(tx):
+        for table in weave_tables:
+            for row in tx.all(f"SELECT * FROM `{table}`"):
+                yield from row.values()
+
+    values = database.run(lambda tx: list(every_value(tx)))
+    secret = token[3:]
+    assert not [v for v in values if isinstance(v, (str, bytes)) and
+                (secret in (v if isinstance(v, str) else v.decode("latin1")))]
+
+
+@pytest.mark.parametrize("header", [None, "", "Bearer", "Basic abc", "Bearer nope", "Bearer wv_unknown"])
+def test_missing_or_unknown_token_is_401(client, tenant, header):
+    headers = {"Authorization": header} if header is not None else {}
+    result = client.simulate_get("/v1/namespaces/acme/workflows/x", headers=headers)
+    assert result.status_code == 401
+    assert problem_code(result) == "UNAUTHENTICATED"
+
+
+def test_revoked_token_is_401_from_the_next_request(client, database, tenant):
+    token = tenant.token("workflows:read")
+    headers = {"Authorization": f"Bearer {token}"}
+    assert client.simulate_get("/v1/namespaces/acme/workflows/x", headers=headers).status_code == 404
+    credential = tenancy.authenticate(database, auth.token_hash(token))
+    tenancy.revoke_credential(database, "acme", credential.credential_id)
+    assert client.simulate_get("/v1/namespaces/acme/workflows/x", headers=headers).status_code == 401
+
+
+def test_expired_token_is_401_exactly_at_expiry(client, tenant, clock):
+    headers = tenant.headers("workflows:read", expires_in=60)
+    clock.advance(59.999999)
+    assert client.simulate_get("/v1/namespaces/acme/workflows/x", headers=headers).status_code == 404
+    clock.advance(0.000001)
+    assert client.simulate_get("/v1/namespaces/acme/workflows/x", headers=headers).status_code == 401
+
+
+def test_missing_scope_is_403(client, tenant):
+    result = client.simulate_post("/v1/namespaces/acme/definitions", json=DOC, headers=tenant.headers("workflows:read"))
+    assert result.status_code == 403
+    assert problem_code(result) == "FORBIDDEN"
+
+
+def test_d4_s1_8_publish_right_grants_no_read_or_signal_right(client, tenant):
+    headers = tenant.headers("definitions:write")
+    assert client.simulate_post("/v1/namespaces/acme/definitions", json=DOC, headers=headers).status_code == 201
+    result = client.simulate_get("/v1/namespaces/acme/workflows/x", headers=headers)
+    assert result.status_code == 403
+
+
+def test_other_namespace_is_404_never_403(client, tenant, other_tenant):
+    writer = tenant.headers("definitions:write", "workflows:start", "workflows:read")
+    assert client.simulate_post("/v1/namespaces/acme/definitions", json=DOC, headers=writer).status_code == 201
+    start = {"definition": "order", "version": 1, "input": {}, "deadline_seconds": 60, "workflow_id": "w1"}
+    assert client.simulate_post("/v1/namespaces/acme/workflows", json=start, headers=writer).status_code == 201
+
+    # A fully privileged credential of another namespace sees nothing, with or without the scope.
+    for scopes in (("workflows:read", "definitions:read"), ("tasks:work",)):
+        outsider = other_tenant.headers(*scopes)
+        read = client.simulate_get("/v1/namespaces/acme/workflows/w1", headers=outsider)
+        assert (read.status_code, problem_code(read)) == (404, "WORKFLOW_NOT_FOUND")
+        events = client.simulate_get("/v1/namespaces/acme/workflows/w1/events", headers=outsider)
+        assert events.status_code == 404
+        definition = client.simulate_get("/v1/namespaces/acme/definitions/order/versions/1", headers=outsider)
+        assert (definition.status_code, problem_code(definition)) == (404, "DEFINITION_NOT_FOUND")
+    # ... and its own namespace has no such workflow either.
+    own = client.simulate_get("/v1/namespaces/globex/workflows/w1", headers=other_tenant.headers("workflows:read"))
+    assert own.status_code == 404
+
+
+def test_disabled_application_cannot_start_work(client, database, tenant):
+    headers = tenant.headers("definitions:write", "workflows:start")
+    assert client.simulate_post("/v1/namespaces/acme/definitions", json=DOC, headers=headers).status_code == 201
+    tenancy.set_application_status(database, "acme", "app", "DISABLED")
+    start = {"definition": "order", "version": 1, "input": {}, "deadline_seconds": 60}
+    result = client.simulate_post("/v1/namespaces/acme/workflows", json=start, headers=headers)
+    assert (result.status_code, problem_code(result)) == (403, "FORBIDDEN")
+    assert database.run(lambda tx: tx.one("SELECT COUNT(*) AS n FROM instances"))["n"] == 0
+
+
+def test_public_endpoints_need_no_token(client):
+    assert client.simulate_get("/healthz").status_code == 200
+    assert client.simulate_get("/readyz").status_code == 200
+    assert client.simulate_get("/v1/openapi.json").status_code == 200

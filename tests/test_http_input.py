@@ -1,0 +1,128 @@
+"""Bad input gets a clear problem+json and changes nothing; never a 500 (S1.9, §11)."""
+
+import http.client
+import json
+import threading
+
+import pytest
+import waitress
+
+from weave.app import create_app, waitress_options
+from weave.config import Config
+
+DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}]}
+
+
+def count(database, table):
+    return database.run(lambda tx: tx.one(f"SELECT COUNT(*) AS n FROM `{table}`"))["n"]
+
+
+@pytest.fixture
+def writer(tenant):
+    return tenant.headers("definitions:write", "workflows:start", "workflows:read")
+
+
+def post_raw(client, path, body: bytes, headers, content_type="application/json"):
+    return client.simulate_post(path, body=body, headers={**headers, "Content-Type": content_type})
+
+
+def test_invalid_json_is_400_and_stores_nothing(client, database, writer):
+    result = post_raw(client, "/v1/namespaces/acme/definitions", b'{"name": "x", ', writer)
+    assert (result.status_code, result.json["code"]) == (400, "INVALID_JSON")
+    assert result.json["type"] == "urn:weave:problem:INVALID_JSON"
+    assert set(result.json) == {"type", "title", "status", "detail", "code", "errors"}
+    assert count(database, "definitions") == 0
+
+
+def test_s1_11_duplicate_keys_are_refused_not_silently_merged(client, database, writer):
+    body = b'{"name": "order", "name": "other", "steps": []}'
+    result = post_raw(client, "/v1/namespaces/acme/definitions", body, writer)
+    assert result.status_code == 400
+    assert "duplicate object key 'name'" in result.json["detail"]
+    assert count(database, "definitions") == 0
+
+
+def test_nan_is_refused(client, writer):
+    body = b'{"definition": "order", "version": 1, "input": {"x": NaN}, "deadline_seconds": 5}'
+    assert post_raw(client, "/v1/namespaces/acme/workflows", body, writer).status_code == 400
+
+
+def test_wrong_content_type_is_415(client, database, writer):
+    result = post_raw(client, "/v1/namespaces/acme/definitions", json.dumps(DOC).encode(), writer, "text/plain")
+    assert (result.status_code, result.json["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")
+    assert count(database, "definitions") == 0
+
+
+def test_json_with_charset_parameter_is_accepted(client, writer):
+    result = post_raw(client, "/v1/namespaces/acme/definitions", json.dumps(DOC).encode(), writer,
+                      "application/json; charset=utf-8")
+    assert result.status_code == 201
+
+
+def test_body_over_the_cap_is_413_before_parsing(client, database, writer):
+    body = b"{" + b" " * (1024 * 1024)  # not even JSON: refused for its size, never parsed
+    result = post_raw(client, "/v1/namespaces/acme/definitions", body, writer)
+    assert (result.status_code, result.json["code"]) == (413, "PAYLOAD_TOO_LARGE")
+    assert count(database, "definitions") == 0
+
+
+def test_schema_violations_are_422_with_pointers(client, database, writer):
+    bad = {"name": "bad name", "steps": [{"key": "a", "type": "TASK", "queue": "inventory"},
+                                         {"key": "b", "type": "WHAT"}], "extra": 1}
+    result = client.simulate_post("/v1/namespaces/acme/definitions", json=bad, headers=writer)
+    assert (result.status_code, result.json["code"]) == (422, "VALIDATION_FAILED")
+    pointers = {e["pointer"] for e in result.json["errors"]}
+    assert {"", "/name", "/steps/0", "/steps/1/type"} <= pointers
+    assert count(database, "definitions") == 0
+
+
+def test_unknown_route_and_method_are_problems(client, writer):
+    missing = client.simulate_get("/v1/nothing-here", headers=writer)
+    assert (missing.status_code, missing.json["code"]) == (404, "NOT_FOUND")
+    wrong = client.simulate_delete("/v1/namespaces/acme/definitions", headers=writer)
+    assert (wrong.status_code, wrong.json["code"]) == (405, "METHOD_NOT_ALLOWED")
+
+
+@pytest.mark.parametrize("query", ["after=-1", "after=x", "limit=0", "limit=1001", "limit=²", "after=" + "9" * 50])
+def test_bad_paging_parameters_are_422(client, writer, query):
+    result = client.simulate_get("/v1/namespaces/acme/workflows/w/events", query_string=query, headers=writer)
+    assert (result.status_code, result.json["code"]) == (422, "VALIDATION_FAILED")
+
+
+GARBAGE = [b"", b"null", b"[]", b"1", b'"s"', b"{}", b'{"steps": null}', b'{"name": 1}', b"\xff\xfe",
+           b'{"definition": "x", "version": "1", "input": 1, "deadline_seconds": 1}',
+           b'{"definition": "x", "version', b"[" * 5000, b'{"a": 1e999999}',
+           b'{"definition": "order", "version": 99999999999, "input": null, "deadline_seconds": 0}']
+
+
+@pytest.mark.parametrize("path", ["/v1/namespaces/acme/definitions", "/v1/namespaces/acme/workflows"])
+def test_garbage_never_gives_500_and_stores_nothing(client, database, writer, path):
+    for body in GARBAGE:
+        result = post_raw(client, path, body, writer)
+        assert 400 <= result.status_code < 500, (body, result.status_code, result.text)
+        assert result.headers["content-type"] == "application/problem+json"
+    assert count(database, "definitions") == count(database, "instances") == 0
+
+
+def test_waitress_cap_answers_413_before_the_app_reads(config, database, tenant):
+    """The real server path: waitress itself refuses a body over max_request_body_size."""
+    cap = 4096
+    app = create_app(Config(config.database_url, max_body_bytes=cap), database)
+    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=2, **waitress_options(cap))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        headers = {**tenant.headers("definitions:write"), "Content-Type": "application/json"}
+
+        def post(body: bytes) -> int:
+            conn = http.client.HTTPConnection("127.0.0.1", server.effective_port, timeout=10)
+            conn.request("POST", "/v1/namespaces/acme/definitions", body=body, headers=headers)
+            status = conn.getresponse().status
+            conn.close()
+            return status
+
+        at_cap = json.dumps(DOC).encode().ljust(cap, b" ")
+        assert post(at_cap) == 201
+        assert post(at_cap + b" ") == 413
+    finally:
+        server.close()

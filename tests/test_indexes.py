@@ -1,0 +1,65 @@
+"""Every query of the request path uses an index: EXPLAIN names the key we built for it."""
+
+import pytest
+
+from sql import definitions, events, instances, tenancy
+
+DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}]}
+
+
+@pytest.fixture
+def populated(client, tenant, database):
+    headers = tenant.headers("definitions:write", "workflows:start")
+    for timeout in range(1, 6):
+        client.simulate_post("/v1/namespaces/acme/definitions", headers=headers,
+                             json={**DOC, "steps": [{**DOC["steps"][0], "timeout_seconds": timeout}]})
+    for i in range(60):
+        client.simulate_post("/v1/namespaces/acme/workflows", headers=headers, json={
+            "definition": "order", "version": 1 + i % 5, "input": {}, "deadline_seconds": 60, "workflow_id": f"w{i}"})
+    for i in range(40):
+        tenant.token("workflows:read")
+
+    def activations(tx):
+        for row in tx.all("SELECT id FROM instances"):
+            for seq in (1, 2):
+                tx.execute("INSERT INTO step_activations (instance_id, step_key, step_index, activation_sequence,"
+                           " status, activated_at) VALUES (%s, 'reserve', 0, %s, 'ACTIVE', %s)",
+                           (row["id"], seq, tx.now()))
+        for activation in tx.all("SELECT id, instance_id FROM step_activations"):
+            tx.execute("INSERT INTO tasks (namespace_id, queue_id, instance_id, activation_id, kind, status,"
+                       " max_attempts, available_at, deadline_at, created_at)"
+                       " VALUES (1, 1, %s, %s, 'TASK', 'QUEUED', 3, %s, %s, %s)",
+                       (activation["instance_id"], activation["id"], tx.now(), tx.now(), tx.now()))
+        tx.execute("ANALYZE TABLE instances, events, step_activations, credentials, definitions, tasks")
+
+    database.run(activations)
+    return database
+
+
+def explain(database, sql, params):
+    return database.run(lambda tx: tx.all("EXPLAIN " + sql, params))
+
+
+def keys_used(plan):
+    return {(row["table"], row["key"]) for row in plan}
+
+
+def test_request_path_queries_use_their_indexes(populated):
+    database = populated
+    ids = database.run(lambda tx: tx.one("SELECT namespace_id, id FROM instances WHERE workflow_id = 'w7'"))
+    ns, instance_id = ids["namespace_id"], ids["id"]
+
+    token_sha256 = database.run(lambda tx: tx.one("SELECT token_sha256 FROM credentials LIMIT 1"))["token_sha256"]
+    # A unique-key lookup is resolved while planning ("const"): EXPLAIN then names the key.
+    plan = explain(database, tenancy.SELECT_PRINCIPAL, (token_sha256,))
+    assert ("c", "uq_credentials_token") in keys_used(plan)
+    assert ("i", "uq_instances_workflow") in keys_used(explain(database, instances.SELECT_INSTANCE, (ns, "w7")))
+    assert ("definitions", "uq_definitions_name_version") in keys_used(
+        explain(database, definitions.SELECT_LATEST, (ns, "order")))
+    assert ("definitions", "uq_definitions_name_version") in keys_used(
+        explain(database, definitions.SELECT_VERSION, (ns, "order", 3)))
+    assert ("e", "uq_events_instance_seq") in keys_used(explain(database, events.SELECT_EVENTS_PAGE, (ns, "w7", 0, 10)))
+    assert ("step_activations", "uq_activations_step_sequence") in keys_used(
+        explain(database, instances.SELECT_LATEST_ACTIVATIONS, (instance_id,)))
+    assert ("tasks", "ix_tasks_activation") in keys_used(
+        explain(database, instances.SELECT_ACTIVATION_TASKS, ((1, 2, 3),)))

@@ -1,0 +1,62 @@
+"""S1.11 exactness of JSON, without a database."""
+
+from decimal import Decimal
+
+import pytest
+
+from weave import jsontext
+
+
+def test_s1_11_big_and_precise_decimals_survive_exactly():
+    text = '{"amount":12345678901234567890.123456789012345678901,"tiny":1E-400,"int":123456789012345678901234567890}'
+    value = jsontext.loads(text)
+    assert value["amount"] == Decimal("12345678901234567890.123456789012345678901")
+    assert isinstance(value["int"], int)
+    assert jsontext.compact(value) == text
+
+
+def test_s1_11_trailing_zeros_and_member_order_are_kept_in_compact_form():
+    value = jsontext.loads('{ "b" : 1.10 , "a" : [ 1 , 2.50 ] }')
+    assert jsontext.compact(value) == '{"b":1.10,"a":[1,2.50]}'
+    assert jsontext.canonical(value) == '{"a":[1,2.50],"b":1.10}'
+
+
+def test_s1_11_digest_ignores_member_order_but_not_values():
+    assert jsontext.digest(jsontext.loads('{"a":1,"b":2}')) == jsontext.digest(jsontext.loads('{"b":2,"a":1}'))
+    assert jsontext.digest(jsontext.loads('{"a":1.0}')) != jsontext.digest(jsontext.loads('{"a":1}'))
+    assert jsontext.digest(None) != jsontext.digest("null")
+
+
+@pytest.mark.parametrize("text, reason", [
+    ('{"a":1,"a":2}', "duplicate object key"),
+    ('{"x":{"a":1,"a":1}}', "duplicate object key"),
+    ("NaN", "NaN"),
+    ("[Infinity]", "Infinity"),
+    ("-Infinity", "Infinity"),
+    ('"\\ud800"', "surrogate"),
+    ("{", "Expecting"),
+    ("1 2", "Extra data"),
+    ("", "Expecting value"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply"),
+])
+def test_s1_11_refused_json(text, reason):
+    with pytest.raises(jsontext.JsonRejected, match=reason):
+        jsontext.loads(text)
+
+
+def test_body_that_is_not_utf8_is_refused():
+    with pytest.raises(jsontext.JsonRejected, match="not UTF-8"):
+        jsontext.loads(b'"\xff"')
+
+
+def test_integers_beyond_pythons_digit_limit_stay_exact():
+    digits = "9" * 6000
+    assert jsontext.compact(jsontext.loads(digits)) == digits
+
+
+def test_non_ascii_is_written_as_utf8_and_pairs_survive():
+    assert jsontext.compact(jsontext.loads('"\\ud83d\\ude00 é"')) == '"😀 é"'
+
+
+def test_raw_text_is_embedded_as_is():
+    assert jsontext.compact({"a": jsontext.Raw('{"z":1.50}')}) == '{"a":{"z":1.50}}'

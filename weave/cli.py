@@ -1,0 +1,276 @@
+"""The `weave` command: migrate, serve, dev and admin (SPEC §12).
+
+Every command takes the database from WEAVE_DATABASE_URL or --database-url; `dev` starts a
+private server in ./.weave/ when neither is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+from sql import definitions, tenancy
+from weave import auth, migrate
+from weave.config import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, DEFAULT_THREADS, Config
+from weave.db import Database, DatabaseError, DatabaseUrl
+from weave.errors import Code, WeaveError
+
+NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+DEV_DIR = Path(".weave")
+DEV_NAMESPACE = "demo"
+DEV_QUEUE = "default"
+DEV_APPLICATION = "demo-app"
+DEV_DEFINITION = {
+    "name": "hello",
+    "steps": [{"key": "greet", "type": "TASK", "queue": DEV_QUEUE, "max_attempts": 3, "timeout_seconds": 300}],
+}
+
+
+def _name(text: str) -> str:
+    if not NAME.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: use 1-64 of A-Z a-z 0-9 _ . -")
+    return text
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive integer")
+    return int(text)
+
+
+def _non_negative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: must be an integer >= 0")
+    return int(text)
+
+
+def _database_url(args) -> DatabaseUrl:
+    url = args.database_url or os.environ.get("WEAVE_DATABASE_URL")
+    if not url:
+        raise SystemExit("weave: set WEAVE_DATABASE_URL=mysql://user:pass@host:port/db or pass --database-url")
+    return DatabaseUrl.parse(url)
+
+
+def _print(args, result: dict, text: str) -> None:
+    print(json.dumps(result) if args.json else text)
+
+
+# ---- commands ------------------------------------------------------------------------------------
+
+def cmd_migrate(args) -> int:
+    url = _database_url(args)
+    migrate.ensure_database(url)
+    applied = migrate.apply(url)
+    print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
+    return 0
+
+
+def _serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes: int) -> None:
+    import waitress
+
+    from weave.app import create_app, waitress_options
+
+    config = Config(database_url=url.yoyo_url(), max_body_bytes=max_body_bytes)
+    app = create_app(config, Database(url, pool_size=threads + 4))
+    waitress.serve(app, host=host, port=port, threads=threads, **waitress_options(max_body_bytes))
+
+
+def cmd_serve(args) -> int:
+    _serve(_database_url(args), args.host, args.port, args.threads, args.max_body_bytes)
+    return 0
+
+
+def _exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit so that `finally` blocks (stopping the private server) run."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def cmd_dev(args) -> int:
+    _exit_on_sigterm()
+    explicit = args.database_url or os.environ.get("WEAVE_DATABASE_URL")
+    server = None
+    if explicit:
+        url = DatabaseUrl.parse(explicit)
+    else:
+        from weave.devdb import PrivateServer
+
+        server = PrivateServer(DEV_DIR / "mariadb").start()
+        url = DatabaseUrl.parse(server.url("weave"))
+    try:
+        migrate.ensure_database(url)
+        migrate.apply(url)
+        database = Database(url)
+        client_token, worker_token = _dev_tenant(database)
+        base = f"http://{args.host}:{args.port}"
+        start = json.dumps({"definition": "hello", "version": 1, "input": {"name": "world"}, "deadline_seconds": 3600})
+        print(f"Weave dev: {base}  (database {url.yoyo_url()})")
+        print(f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definition hello v1")
+        print(f"client token (all workflow scopes): {client_token}")
+        print(f"worker token (tasks:work on {DEV_QUEUE}):   {worker_token}")
+        print("start a workflow:")
+        print(f"  curl -s -X POST {base}/v1/namespaces/{DEV_NAMESPACE}/workflows "
+              f"-H 'Authorization: Bearer {client_token}' -H 'Content-Type: application/json' -d {shlex.quote(start)}")
+        sys.stdout.flush()
+        _serve(url, args.host, args.port, args.threads, DEFAULT_MAX_BODY_BYTES)
+    finally:
+        if server is not None:
+            server.stop()
+    return 0
+
+
+def _dev_tenant(database: Database) -> tuple[str, str]:
+    """The demo namespace (created once, kept across runs) and two fresh tokens."""
+    try:
+        tenancy.create_namespace(database, DEV_NAMESPACE)
+        tenancy.create_queue(database, DEV_NAMESPACE, DEV_QUEUE, 4)
+        tenancy.create_application(database, DEV_NAMESPACE, DEV_APPLICATION, None)
+    except WeaveError as exc:
+        if exc.code is not Code.INVALID_STATE:
+            raise
+    client_token, worker_token = auth.new_token(), auth.new_token()
+    client_scopes = sorted(auth.SCOPES - {"tasks:work"})
+    tenancy.create_credential(database, DEV_NAMESPACE, DEV_APPLICATION, "dev-client", client_scopes,
+                              [DEV_QUEUE], auth.token_hash(client_token), None)
+    tenancy.create_credential(database, DEV_NAMESPACE, DEV_APPLICATION, "dev-worker", ["tasks:work"],
+                              [DEV_QUEUE], auth.token_hash(worker_token), None)
+    principal = tenancy.authenticate(database, auth.token_hash(client_token))
+    definitions.publish_definition(database, principal.namespace_id, DEV_DEFINITION,
+                                   principal.credential_id, principal.actor)
+    return client_token, worker_token
+
+
+def cmd_namespace_create(args) -> int:
+    result = tenancy.create_namespace(Database(_database_url(args)), args.namespace)
+    _print(args, result, f"created namespace {args.namespace}")
+    return 0
+
+
+def cmd_queue_create(args) -> int:
+    result = tenancy.create_queue(Database(_database_url(args)), args.namespace, args.queue, args.permits)
+    _print(args, result, f"created queue {args.queue} in {args.namespace} with {args.permits} permit(s)")
+    return 0
+
+
+def cmd_app_create(args) -> int:
+    result = tenancy.create_application(Database(_database_url(args)), args.namespace, args.app,
+                                        args.signals_per_minute)
+    quota = f"{args.signals_per_minute} signal(s)/minute" if args.signals_per_minute is not None else "no quota"
+    _print(args, result, f"created application {args.app} in {args.namespace} ({quota})")
+    return 0
+
+
+def cmd_app_status(args) -> int:
+    status = "DISABLED" if args.action == "disable" else "ACTIVE"
+    result = tenancy.set_application_status(Database(_database_url(args)), args.namespace, args.app, status)
+    _print(args, result, f"application {args.app} in {args.namespace} is {status}")
+    return 0
+
+
+def cmd_credential_create(args) -> int:
+    token = auth.new_token()
+    created = tenancy.create_credential(Database(_database_url(args)), args.namespace, args.app, args.actor,
+                                        args.scope, args.queue or [], auth.token_hash(token), args.expires_in)
+    result = {"credential_id": created["credential_id"], "token": token}
+    _print(args, result, f"credential {result['credential_id']} (the token is shown only now):\n{token}")
+    return 0
+
+
+def cmd_credential_revoke(args) -> int:
+    result = tenancy.revoke_credential(Database(_database_url(args)), args.namespace, args.credential_id)
+    _print(args, result, f"revoked credential {args.credential_id}")
+    return 0
+
+
+# ---- parser --------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--database-url", help="mysql://user:pass@host:port/db (default: $WEAVE_DATABASE_URL)")
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print one JSON object")
+
+    parser = argparse.ArgumentParser(prog="weave", description="Durable workflows on MySQL.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("migrate", parents=[common], help="apply pending schema migrations")
+    p.set_defaults(run=cmd_migrate)
+
+    for name, help_text, run in (("serve", "serve the HTTP API with waitress", cmd_serve),
+                                 ("dev", "private database, demo tenant and server on this machine", cmd_dev)):
+        p = commands.add_parser(name, parents=[common], help=help_text)
+        p.add_argument("--host", default=DEFAULT_HOST)
+        p.add_argument("--port", type=int, default=DEFAULT_PORT)
+        p.add_argument("--threads", type=_positive, default=DEFAULT_THREADS)
+        if name == "serve":
+            p.add_argument("--max-body-bytes", type=_positive, default=DEFAULT_MAX_BODY_BYTES,
+                           help="request bodies above this get 413 before they are read")
+        p.set_defaults(run=run)
+
+    admin = commands.add_parser("admin", help="namespaces, queues, applications, credentials")
+    objects = admin.add_subparsers(dest="object", required=True)
+    leaf = [common, as_json]
+
+    ns = objects.add_parser("namespace").add_subparsers(dest="action", required=True)
+    p = ns.add_parser("create", parents=leaf)
+    p.add_argument("namespace", type=_name)
+    p.set_defaults(run=cmd_namespace_create)
+
+    queue = objects.add_parser("queue").add_subparsers(dest="action", required=True)
+    p = queue.add_parser("create", parents=leaf)
+    p.add_argument("namespace", type=_name)
+    p.add_argument("queue", type=_name)
+    p.add_argument("--permits", type=_positive, required=True, help="max concurrently running tasks")
+    p.set_defaults(run=cmd_queue_create)
+
+    app = objects.add_parser("app").add_subparsers(dest="action", required=True)
+    p = app.add_parser("create", parents=leaf)
+    p.add_argument("namespace", type=_name)
+    p.add_argument("app", type=_name)
+    p.add_argument("--signals-per-minute", type=_non_negative, default=None, help="signal quota (none when absent)")
+    p.set_defaults(run=cmd_app_create)
+    for action in ("disable", "enable"):
+        p = app.add_parser(action, parents=leaf)
+        p.add_argument("namespace", type=_name)
+        p.add_argument("app", type=_name)
+        p.set_defaults(run=cmd_app_status)
+
+    cred = objects.add_parser("credential").add_subparsers(dest="action", required=True)
+    p = cred.add_parser("create", parents=leaf)
+    p.add_argument("namespace", type=_name)
+    p.add_argument("app", type=_name)
+    p.add_argument("--actor", required=True, help="name recorded in audit for this credential")
+    p.add_argument("--scope", action="append", required=True, choices=sorted(auth.SCOPES))
+    p.add_argument("--queue", action="append", type=_name, help="queue grant (repeatable)")
+    p.add_argument("--expires-in", type=_positive, default=None, metavar="SECONDS")
+    p.set_defaults(run=cmd_credential_create)
+    p = cred.add_parser("revoke", parents=leaf)
+    p.add_argument("namespace", type=_name)
+    p.add_argument("credential_id", type=_positive)
+    p.set_defaults(run=cmd_credential_revoke)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except WeaveError as exc:
+        print(f"weave: {exc.detail}", file=sys.stderr)
+        return 1
+    except (DatabaseError, ValueError) as exc:
+        print(f"weave: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
