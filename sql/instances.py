@@ -111,3 +111,38 @@ def start_workflow(tx: Tx, namespace_id: int, application_id: int, credential_id
                   "version": definition.version, "deadline_at": rfc3339(deadline_at)},
                  instance_id=instance_id, credential_id=credential_id, request_digest=request.request_digest)
     return read_facts(tx, namespace_id, request.workflow_id), True
+
+
+# ---- the instance lock and instance transitions (used by the scanner and the control API) ----------
+
+# Subqueries in the select list are read, not locked (MySQL and MariaDB alike): only the instance
+# row is locked, never the definition or application rows that many instances share.
+LOCK_INSTANCE = """
+SELECT i.id, i.namespace_id, i.workflow_id, i.definition_id, i.application_id, i.input, i.status, i.gate,
+       i.review_reason, i.deadline_at,
+       (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest,
+       (SELECT a.status FROM applications a WHERE a.id = i.application_id) AS application_status
+FROM instances i
+WHERE i.id = %s
+FOR UPDATE
+"""
+UPDATE_INSTANCE_STATE = """
+UPDATE instances SET status = %s, gate = %s, review_reason = %s, updated_at = %s WHERE id = %s
+"""
+
+
+def lock(tx: Tx, instance_id: int) -> dict:
+    """Lock the instance row; the result also carries its definition digest and application status."""
+    return tx.one(LOCK_INSTANCE, (instance_id,))
+
+
+def set_state(tx: Tx, instance: dict, status: str, gate: str, review_reason: str | None, actor: str,
+              event_data: dict | None = None) -> None:
+    """Move the locked instance to (status, gate, review_reason) with its event and audit record."""
+    tx.execute(UPDATE_INSTANCE_STATE, (status, gate, review_reason, tx.now(), instance["id"]))
+    before = {"status": instance["status"], "gate": instance["gate"]}
+    instance.update(status=status, gate=gate, review_reason=review_reason)
+    data = {"status": status, "gate": gate, "review_reason": review_reason, **(event_data or {})}
+    events.append(tx, instance["id"], f"WORKFLOW_{status}", data)
+    audit.record(tx, instance["namespace_id"], actor, "workflow.state", {"from": before, "to": data},
+                 instance_id=instance["id"])

@@ -152,3 +152,75 @@ def tenant(database) -> Tenant:
 @pytest.fixture
 def other_tenant(database) -> Tenant:
     return make_tenant(database, "globex", {"inventory": 4})
+
+
+class Flow:
+    """Drives workflows through the HTTP API the way clients and workers do, plus the scanner."""
+
+    def __init__(self, client, tenant: Tenant, database: Database):
+        from weave.scanner import Scanner
+
+        self.client = client
+        self.database = database
+        self.ns = f"/v1/namespaces/{tenant.namespace}"
+        self.headers = tenant.headers("definitions:write", "workflows:start", "workflows:read",
+                                      queues=("inventory", "carrier"))
+        self.worker = tenant.headers("tasks:work", queues=("inventory", "carrier"), actor="worker")
+        self.scanner = Scanner(database)
+
+    def publish(self, document: dict) -> int:
+        result = self.client.simulate_post(f"{self.ns}/definitions", json=document, headers=self.headers)
+        assert result.status_code in (200, 201), result.text
+        return result.json["version"]
+
+    def start(self, workflow_id: str, definition: str = "flow", version: int = 1, input=None,
+              deadline_seconds: int = 3600) -> dict:
+        body = {"definition": definition, "version": version, "input": input if input is not None else {},
+                "deadline_seconds": deadline_seconds, "workflow_id": workflow_id}
+        result = self.client.simulate_post(f"{self.ns}/workflows", json=body, headers=self.headers)
+        assert result.status_code in (200, 201), result.text
+        return result.json
+
+    def workflow(self, workflow_id: str) -> dict:
+        result = self.client.simulate_get(f"{self.ns}/workflows/{workflow_id}", headers=self.headers)
+        assert result.status_code == 200, result.text
+        return result.json
+
+    def events(self, workflow_id: str) -> list[str]:
+        result = self.client.simulate_get(f"{self.ns}/workflows/{workflow_id}/events", query_string="limit=1000",
+                                          headers=self.headers)
+        return [e["type"] for e in result.json["events"]]
+
+    def scan(self, rounds: int = 20) -> None:
+        """Run scanner batches until one finds nothing to do."""
+        for _ in range(rounds):
+            report = self.scanner.run_once()
+            if not report.candidates and not report.leases:
+                return
+        raise AssertionError("the scanner kept finding work")
+
+    def claim(self, queue: str = "inventory", lease_seconds: int = 60, wait_seconds: int = 0, worker="w1"):
+        return self.client.simulate_post(f"{self.ns}/queues/{queue}/claim", headers=self.worker,
+                                         json={"worker_id": worker, "lease_seconds": lease_seconds,
+                                               "wait_seconds": wait_seconds})
+
+    def complete(self, task: dict, outcome: str = "SUCCEEDED", **body):
+        return self.client.simulate_post(f"{self.ns}/tasks/{task['task_id']}/complete", headers=self.worker,
+                                         json={"lease_token": task["lease_token"], "outcome": outcome, **body})
+
+    def heartbeat(self, task: dict, lease_seconds: int = 60):
+        return self.client.simulate_post(f"{self.ns}/tasks/{task['task_id']}/heartbeat", headers=self.worker,
+                                         json={"lease_token": task["lease_token"], "lease_seconds": lease_seconds})
+
+    def rows(self, sql: str, params=()) -> list[dict]:
+        return self.database.run(lambda tx: tx.all(sql, params))
+
+
+@pytest.fixture
+def flow(client, tenant, database) -> Flow:
+    return Flow(client, tenant, database)
+
+
+def task_steps(*keys: str, queue: str = "inventory", max_attempts: int = 3, timeout: int = 300) -> dict:
+    return {"name": "flow", "steps": [{"key": key, "type": "TASK", "queue": queue, "max_attempts": max_attempts,
+                                       "timeout_seconds": timeout} for key in keys]}

@@ -14,6 +14,7 @@ import re
 import shlex
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from sql import definitions, tenancy
@@ -21,6 +22,7 @@ from weave import auth, migrate
 from weave.config import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, DEFAULT_THREADS, Config
 from weave.db import Database, DatabaseError, DatabaseUrl
 from weave.errors import Code, WeaveError
+from weave.scanner import IDLE_SECONDS, Scanner
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 DEV_DIR = Path(".weave")
@@ -92,6 +94,23 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
+def _stop_on_signals() -> threading.Event:
+    """SIGTERM and SIGINT ask the scanner to stop after its current transaction."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def cmd_scan(args) -> int:
+    scanner = Scanner(Database(_database_url(args)), idle_seconds=args.idle_seconds)
+    if args.once:
+        print(scanner.run_once().line())
+        return 0
+    scanner.run(_stop_on_signals())
+    return 0
+
+
 def cmd_dev(args) -> int:
     _exit_on_sigterm()
     explicit = args.database_url or os.environ.get("WEAVE_DATABASE_URL")
@@ -118,7 +137,14 @@ def cmd_dev(args) -> int:
         print(f"  curl -s -X POST {base}/v1/namespaces/{DEV_NAMESPACE}/workflows "
               f"-H 'Authorization: Bearer {client_token}' -H 'Content-Type: application/json' -d {shlex.quote(start)}")
         sys.stdout.flush()
-        _serve(url, args.host, args.port, args.threads, DEFAULT_MAX_BODY_BYTES)
+        stop = threading.Event()
+        scanner = threading.Thread(target=Scanner(Database(url)).run, args=(stop,), name="scanner", daemon=True)
+        scanner.start()
+        try:
+            _serve(url, args.host, args.port, args.threads, DEFAULT_MAX_BODY_BYTES)
+        finally:
+            stop.set()
+            scanner.join(timeout=10)
     finally:
         if server is not None:
             server.stop()
@@ -201,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("migrate", parents=[common], help="apply pending schema migrations")
     p.set_defaults(run=cmd_migrate)
+
+    p = commands.add_parser("scan", parents=[common], help="run the scanner loop (inbox, checkpoints, leases)")
+    p.add_argument("--once", action="store_true", help="process one batch, print its report and exit")
+    p.add_argument("--idle-seconds", type=float, default=IDLE_SECONDS, help="sleep between batches when idle")
+    p.set_defaults(run=cmd_scan)
 
     for name, help_text, run in (("serve", "serve the HTTP API with waitress", cmd_serve),
                                  ("dev", "private database, demo tenant and server on this machine", cmd_dev)):

@@ -271,6 +271,10 @@ class Database:
         finally:
             self._checkin(conn, reusable)
 
+    def attempt(self, unit: Callable[..., T], *args, **kwargs) -> T:
+        """Run `unit(tx, ...)` once, without retries: for callers with their own failure policy (K2)."""
+        return self._run_once(unit, args, kwargs)
+
     def ping(self) -> None:
         """Raise `DatabaseError` unless the database answers."""
         self.run(_select_one)
@@ -284,12 +288,16 @@ class Database:
 
 
 def unit_of_work(fn: Callable[..., T]) -> Callable[..., T]:
-    """Turn `fn(tx, ...)` into `fn(db, ...)` that runs as one retried transaction."""
+    """Turn `fn(tx, ...)` into `fn(db, ...)` that runs as one retried transaction.
+
+    `fn.once(db, ...)` runs it as one transaction without retries.
+    """
 
     @functools.wraps(fn)
     def run(db: Database, *args: Any, **kwargs: Any) -> T:
         return db.run(fn, *args, **kwargs)
 
+    run.once = lambda db, *args, **kwargs: db.attempt(fn, *args, **kwargs)
     return run
 
 

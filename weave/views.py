@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sql.definitions import Definition
 from sql.instances import WorkflowFacts
+from sql.tasks import ClaimedTask
 from weave.jsontext import Raw
 from weave.times import rfc3339
 
@@ -62,3 +63,20 @@ def workflow_view(facts: WorkflowFacts) -> dict:
 
 def event_view(row: dict) -> dict:
     return {"seq": row["seq"], "type": row["type"], "at": rfc3339(row["at"]), "data": Raw(row["data"])}
+
+
+def claimed_task_view(task: ClaimedTask) -> dict:
+    return {
+        "task_id": str(task.task_id),
+        "queue": task.queue,
+        "workflow_id": task.workflow_id,
+        "step_key": task.step_key,
+        "activation_sequence": task.activation_sequence,
+        "kind": task.kind,
+        "input": task.input,
+        "attempt": task.attempt,
+        "max_attempts": task.max_attempts,
+        "lease_token": task.lease_token,
+        "lease_expires_at": rfc3339(task.lease_expires_at),
+        "deadline_at": rfc3339(task.deadline_at),
+    }

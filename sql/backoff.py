@@ -1,0 +1,33 @@
+"""Failed tries of scanner sources (K2): count them, keep the error, move `available_at` only.
+
+A source row (checkpoint, inbox event, signal) that failed to process is left in place with
+`attempts + 1`, `last_error` and a backed-off `available_at`; its facts (`due_at`, `completed_at`,
+`expires_at`, …) never change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from weave.db import Tx, unit_of_work
+from weave.rules import pulse
+
+MAX_ERROR_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class Source:
+    lock: str  # SELECT attempts … WHERE id = %s FOR UPDATE
+    record: str  # UPDATE … SET attempts = attempts + 1, last_error = %s, available_at = %s WHERE id = %s
+
+
+@unit_of_work
+def record_failure(tx: Tx, source: Source, source_id: int, error: str) -> datetime | None:
+    """Returns the new `available_at`, or None when the row is gone (it was processed after all)."""
+    row = tx.one(source.lock, (source_id,))
+    if row is None:
+        return None
+    available_at = tx.now() + pulse.retry_delay(row["attempts"] + 1)
+    tx.execute(source.record, (error[:MAX_ERROR_CHARS], available_at, source_id))
+    return available_at

@@ -1,0 +1,310 @@
+"""Pulse: tasks, their leases, the queues' permit budget and the inbox of final outcomes.
+
+Lock order (a subset of the global one): queue -> task. The queue row is the permit budget and is
+always locked for real (`FOR UPDATE`), never skipped: claim, complete and lease expiry of one queue
+therefore take turns on it, which is what keeps `permits_in_use` within 0..max_permits.
+
+Every way a RUNNING task ends goes through `_release_permit`; every final outcome goes through
+`_settle`, which writes exactly one inbox event in the same transaction (P6).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sql import audit
+from weave import jsontext
+from weave.db import Tx, unit_of_work
+from weave.errors import Code, WeaveError
+from weave.rules import pulse
+
+FINAL_STATUSES = ("SUCCEEDED", "FAILED", "CANCELLED", "UNKNOWN")
+
+
+class PermitInvariantBroken(RuntimeError):
+    """A release found no permit in use: a bug, never an input error. The unit rolls back."""
+
+
+# ---- creation (called by the workflow side inside its own transaction) ---------------------------
+
+INSERT_TASK = """
+INSERT INTO tasks (namespace_id, queue_id, instance_id, activation_id, kind, status, attempt, max_attempts,
+                   available_at, deadline_at, created_at)
+VALUES (%s, %s, %s, %s, %s, 'QUEUED', 0, %s, %s, %s, %s)
+"""
+SELECT_QUEUE_ID = "SELECT id FROM queues WHERE namespace_id = %s AND name = %s"
+
+
+def create(tx: Tx, namespace_id: int, queue: str, instance_id: int, activation_id: int, kind: str,
+           max_attempts: int, deadline_at: datetime) -> int:
+    """A QUEUED task, claimable now. The caller holds the instance lock."""
+    queue_row = tx.one(SELECT_QUEUE_ID, (namespace_id, queue))
+    now = tx.now()
+    return tx.insert(INSERT_TASK, (namespace_id, queue_row["id"], instance_id, activation_id, kind, max_attempts,
+                                   now, deadline_at, now))
+
+
+# ---- the permit and the one way to a final outcome ------------------------------------------------
+
+LOCK_QUEUE = "SELECT id, name, max_permits, permits_in_use FROM queues WHERE id = %s FOR UPDATE"
+RELEASE_PERMIT = "UPDATE queues SET permits_in_use = permits_in_use - 1 WHERE id = %s AND permits_in_use > 0"
+TAKE_PERMIT = "UPDATE queues SET permits_in_use = permits_in_use + 1 WHERE id = %s AND permits_in_use < max_permits"
+SETTLE_TASK = """
+UPDATE tasks SET status = %s, result = %s, error = COALESCE(%s, error), completed_at = %s,
+                 lease_token = NULL, lease_expires_at = NULL
+WHERE id = %s AND status IN ('QUEUED', 'RUNNING')
+"""
+INSERT_INBOX = """
+INSERT INTO inbox_events (task_id, instance_id, outcome, result, completed_at, status, available_at, attempts)
+VALUES (%s, %s, %s, %s, %s, 'PENDING', %s, 0)
+"""
+
+
+def _release_permit(tx: Tx, queue_id: int) -> None:
+    """The one release of a permit; the caller holds the queue lock."""
+    if tx.execute(RELEASE_PERMIT, (queue_id,)) != 1:
+        raise PermitInvariantBroken(f"queue {queue_id} had no permit in use to release")
+
+
+def _settle(tx: Tx, task: dict, outcome: str, result_text: str | None, error_text: str | None = None) -> None:
+    """Give a QUEUED or RUNNING task its final outcome, release its permit if it held one, and
+    write its one inbox event (P6). The caller holds the queue lock (when RUNNING) and the task lock."""
+    now = tx.now()
+    if tx.execute(SETTLE_TASK, (outcome, result_text, error_text, now, task["id"])) != 1:
+        raise RuntimeError(f"task {task['id']} was not open any more")  # lock held: cannot happen
+    if task["status"] == "RUNNING":
+        _release_permit(tx, task["queue_id"])
+    tx.execute(INSERT_INBOX, (task["id"], task["instance_id"], outcome,
+                              result_text if outcome == "SUCCEEDED" else error_text, now, now))
+
+
+REQUEUE_TASK = """
+UPDATE tasks SET status = 'QUEUED', available_at = %s, lease_token = NULL, lease_expires_at = NULL,
+                 worker_id = NULL, error = COALESCE(%s, error)
+WHERE id = %s AND status = 'RUNNING'
+"""
+
+
+def _requeue(tx: Tx, task: dict, error_text: str | None) -> None:
+    """Same task, next attempt, after backoff (P4). The caller holds queue and task locks."""
+    available_at = tx.now() + pulse.retry_delay(task["attempt"])
+    tx.execute(REQUEUE_TASK, (available_at, error_text, task["id"]))
+    _release_permit(tx, task["queue_id"])
+
+
+# ---- claim ------------------------------------------------------------------------------------------
+
+LOCK_QUEUE_BY_NAME = """
+SELECT id, name, max_permits, permits_in_use FROM queues WHERE namespace_id = %s AND name = %s FOR UPDATE
+"""
+CLAIM_NEXT_TASK = """
+SELECT id, instance_id, activation_id, kind, attempt, max_attempts, deadline_at FROM tasks
+WHERE queue_id = %s AND status = 'QUEUED' AND available_at <= %s
+ORDER BY available_at, id
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+"""
+START_TASK = """
+UPDATE tasks SET status = 'RUNNING', attempt = attempt + 1, lease_token = %s, lease_expires_at = %s,
+                 worker_id = %s
+WHERE id = %s AND status = 'QUEUED'
+"""
+SELECT_TASK_CONTEXT = """
+SELECT i.workflow_id, i.input, a.step_key, a.activation_sequence
+FROM step_activations a JOIN instances i ON i.id = a.instance_id
+WHERE a.id = %s
+"""
+SELECT_STEP_RESULTS = """
+SELECT step_key, result FROM step_activations
+WHERE instance_id = %s AND status = 'SUCCEEDED'
+ORDER BY step_index, activation_sequence
+"""
+
+
+@dataclass(frozen=True)
+class ClaimedTask:
+    task_id: int
+    queue: str
+    workflow_id: str
+    step_key: str
+    activation_sequence: int
+    kind: str
+    input: dict  # the instance context of D2, with raw JSON values
+    attempt: int
+    max_attempts: int
+    lease_token: str
+    lease_expires_at: datetime
+    deadline_at: datetime
+
+
+def instance_context(tx: Tx, instance_id: int, workflow_id: str, input_text: str) -> dict:
+    """`{"workflow_id", "input", "steps": {key: {"result"}}}` (D2) with values as raw JSON text."""
+    steps = {row["step_key"]: {"result": jsontext.Raw(row["result"])}
+             for row in tx.all(SELECT_STEP_RESULTS, (instance_id,))}
+    return {"workflow_id": workflow_id, "input": jsontext.Raw(input_text), "steps": steps}
+
+
+@unit_of_work
+def claim_task(tx: Tx, namespace_id: int, queue: str, worker_id: str, lease_seconds: int,
+               credential_id: int, actor: str) -> ClaimedTask | None:
+    """P2: take a permit and the oldest available QUEUED task of `queue`, or None."""
+    queue_row = tx.one(LOCK_QUEUE_BY_NAME, (namespace_id, queue))
+    if queue_row is None:
+        raise WeaveError(Code.NOT_FOUND, f"queue {queue!r} does not exist")
+    if queue_row["permits_in_use"] >= queue_row["max_permits"]:
+        return None
+    now = tx.now()
+    task = tx.one(CLAIM_NEXT_TASK, (queue_row["id"], now))
+    if task is None:
+        return None
+    token = secrets.token_hex(16)
+    lease_expires_at = now + timedelta(seconds=lease_seconds)
+    tx.execute(START_TASK, (token, lease_expires_at, worker_id, task["id"]))
+    if tx.execute(TAKE_PERMIT, (queue_row["id"],)) != 1:
+        raise PermitInvariantBroken(f"queue {queue_row['id']} had no free permit")  # checked above
+    context = tx.one(SELECT_TASK_CONTEXT, (task["activation_id"],))
+    audit.record(tx, namespace_id, actor, "task.claim",
+                 {"task_id": str(task["id"]), "queue": queue, "worker_id": worker_id, "attempt": task["attempt"] + 1},
+                 instance_id=task["instance_id"], credential_id=credential_id)
+    return ClaimedTask(
+        task_id=task["id"], queue=queue, workflow_id=context["workflow_id"], step_key=context["step_key"],
+        activation_sequence=context["activation_sequence"], kind=task["kind"],
+        input=instance_context(tx, task["instance_id"], context["workflow_id"], context["input"]),
+        attempt=task["attempt"] + 1, max_attempts=task["max_attempts"], lease_token=token,
+        lease_expires_at=lease_expires_at, deadline_at=task["deadline_at"],
+    )
+
+
+# ---- heartbeat and complete (the lease holder speaks) ------------------------------------------------
+
+SELECT_TASK_QUEUE = """
+SELECT t.queue_id, q.name AS queue FROM tasks t JOIN queues q ON q.id = t.queue_id
+WHERE t.id = %s AND t.namespace_id = %s
+"""
+LOCK_TASK = """
+SELECT id, namespace_id, queue_id, instance_id, activation_id, kind, status, attempt, max_attempts,
+       lease_token, lease_expires_at, cancel_requested
+FROM tasks WHERE id = %s FOR UPDATE
+"""
+EXTEND_LEASE = "UPDATE tasks SET lease_expires_at = %s WHERE id = %s AND status = 'RUNNING' AND lease_token = %s"
+
+
+def _task_queue(tx: Tx, namespace_id: int, task_id: int, granted_queues: frozenset[str]) -> dict:
+    row = tx.one(SELECT_TASK_QUEUE, (task_id, namespace_id))
+    if row is None:
+        raise WeaveError(Code.TASK_NOT_FOUND, f"task {task_id} does not exist")
+    if row["queue"] not in granted_queues:
+        raise WeaveError(Code.FORBIDDEN, f"this credential has no grant for queue {row['queue']!r}")
+    return row
+
+
+def _lock_leased_task(tx: Tx, task_id: int, lease_token: str) -> dict:
+    """The task, locked, if `lease_token` holds its current, unexpired lease; else LEASE_LOST."""
+    task = tx.one(LOCK_TASK, (task_id,))
+    now = tx.now()
+    if (task["status"] != "RUNNING" or task["lease_token"] is None
+            or not secrets.compare_digest(task["lease_token"], lease_token) or task["lease_expires_at"] <= now):
+        raise WeaveError(Code.LEASE_LOST, f"task {task_id} is not leased with this token any more")
+    return task
+
+
+@unit_of_work
+def heartbeat(tx: Tx, namespace_id: int, task_id: int, lease_token: str, lease_seconds: int,
+              granted_queues: frozenset[str]) -> dict:
+    """P3: extend the lease; tell the worker whether cancellation was requested."""
+    _task_queue(tx, namespace_id, task_id, granted_queues)
+    task = _lock_leased_task(tx, task_id, lease_token)
+    lease_expires_at = tx.now() + timedelta(seconds=lease_seconds)
+    tx.execute(EXTEND_LEASE, (lease_expires_at, task_id, lease_token))
+    return {"cancel_requested": bool(task["cancel_requested"]), "lease_expires_at": lease_expires_at}
+
+
+@dataclass(frozen=True)
+class Completion:
+    outcome: str  # SUCCEEDED, FAILED or CANCELLED
+    result_text: str | None = None  # compact JSON of the result (SUCCEEDED)
+    error_text: str | None = None  # compact JSON of the error (FAILED)
+    retryable: bool = False
+
+
+@unit_of_work
+def complete_task(tx: Tx, namespace_id: int, task_id: int, lease_token: str, completion: Completion,
+                  granted_queues: frozenset[str], credential_id: int, actor: str) -> dict:
+    """P3/P4/P6: the lease holder reports; returns {"status", "attempt"} of the task afterwards."""
+    queue = _task_queue(tx, namespace_id, task_id, granted_queues)
+    tx.one(LOCK_QUEUE, (queue["queue_id"],))
+    task = _lock_leased_task(tx, task_id, lease_token)
+    if completion.outcome == "FAILED" and pulse.after_failure(
+            completion.retryable, task["attempt"], task["max_attempts"], bool(task["cancel_requested"])) == pulse.REQUEUE:
+        _requeue(tx, task, completion.error_text)
+        status = "QUEUED"
+    else:
+        _settle(tx, task, completion.outcome, completion.result_text, completion.error_text)
+        status = completion.outcome
+    audit.record(tx, namespace_id, actor, "task.complete",
+                 {"task_id": str(task_id), "reported": completion.outcome, "retryable": completion.retryable,
+                  "attempt": task["attempt"], "status": status},
+                 instance_id=task["instance_id"], credential_id=credential_id)
+    return {"task_id": str(task_id), "status": status, "attempt": task["attempt"]}
+
+
+# ---- lease expiry (the scanner) and cancellation (the workflow side) ---------------------------------
+
+SELECT_EXPIRED_LEASES = """
+SELECT id, queue_id FROM tasks
+WHERE status = 'RUNNING' AND lease_expires_at <= %s
+ORDER BY lease_expires_at
+LIMIT %s
+"""
+LOCK_TASK_SKIP_LOCKED = LOCK_TASK.replace("FOR UPDATE", "FOR UPDATE SKIP LOCKED")
+
+
+def expired_lease_candidates(tx: Tx, limit: int) -> list[dict]:
+    return tx.all(SELECT_EXPIRED_LEASES, (tx.now(), limit))
+
+
+@unit_of_work
+def expire_lease(tx: Tx, task_id: int, queue_id: int) -> str | None:
+    """P4: a RUNNING task whose lease passed is re-queued, or settled UNKNOWN on its last attempt.
+
+    Returns what happened, or None when the candidate was no longer expired (a heartbeat won).
+    """
+    tx.one(LOCK_QUEUE, (queue_id,))
+    task = tx.one(LOCK_TASK_SKIP_LOCKED, (task_id,))
+    if task is None or task["status"] != "RUNNING" or task["lease_expires_at"] > tx.now():
+        return None
+    decision = pulse.after_lease_expired(task["attempt"], task["max_attempts"], bool(task["cancel_requested"]))
+    lost = jsontext.compact({"message": "lease expired", "attempt": task["attempt"]})
+    if decision == pulse.REQUEUE:
+        _requeue(tx, task, lost)
+    else:
+        _settle(tx, task, "UNKNOWN", None, lost)
+    return decision
+
+
+REQUEST_CANCEL = "UPDATE tasks SET cancel_requested = 1 WHERE id = %s AND status = 'RUNNING'"
+LOCK_OPEN_TASKS_OF_ACTIVATION = """
+SELECT id, namespace_id, queue_id, instance_id, activation_id, kind, status, attempt, max_attempts,
+       lease_token, lease_expires_at, cancel_requested
+FROM tasks WHERE activation_id = %s AND status IN ('QUEUED', 'RUNNING') ORDER BY id FOR UPDATE
+"""
+
+
+def cancel_open_tasks(tx: Tx, activation_id: int) -> list[str]:
+    """P5: QUEUED tasks of the activation are CANCELLED at once (with their inbox event); RUNNING
+    ones get a cancel intent and keep lease, permit and step until the worker reports.
+
+    The caller holds the instance and activation locks; tasks come last in the lock order, and a
+    QUEUED task holds no permit, so no queue lock is needed.
+    """
+    done = []
+    for task in tx.all(LOCK_OPEN_TASKS_OF_ACTIVATION, (activation_id,)):
+        if task["status"] == "QUEUED":
+            _settle(tx, task, "CANCELLED", None, jsontext.compact({"message": "cancelled before it started"}))
+            done.append("CANCELLED")
+        else:
+            tx.execute(REQUEST_CANCEL, (task["id"],))
+            done.append("CANCEL_REQUESTED")
+    return done

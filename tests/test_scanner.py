@@ -1,0 +1,190 @@
+"""K1-K3: the scanner loop shares work across processes, survives SIGKILL, backs off failures."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import task_steps
+from sql import instances, steps, tasks
+from weave.db import DatabaseClock
+from weave.scanner import Scanner
+
+pytestmark = pytest.mark.slow
+
+
+def use_real_time(database, clock):
+    """Scanner processes read the database clock: make the test's clock agree with it."""
+    clock.set(database.run(lambda tx: DatabaseClock().now(tx.cursor)))
+
+
+def start_backlog(flow, database, count, document):
+    flow.publish(document)
+    ns = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = 'acme'"))["id"]
+    app = database.run(lambda tx: tx.one("SELECT id FROM applications LIMIT 1"))["id"]
+    for i in range(count):
+        request = instances.StartRequest(f"b{i}", "flow", 1, "{}", 3600, f"{i:064d}")
+        instances.start_workflow(database, ns, app, 1, "t", request)
+    return ns
+
+
+def scanner_process(config, *extra):
+    env = {**os.environ, "WEAVE_DATABASE_URL": config.database_url}
+    return subprocess.Popen([sys.executable, "-m", "weave.cli", "scan", "--idle-seconds", "0.05", *extra],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def batch_lines(stderr_text):
+    return [json.loads(line[line.index("{"):]) for line in stderr_text.splitlines() if '"scan_batch"' in line]
+
+
+def wait_until(predicate, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def due_checkpoints(flow):
+    return flow.rows("SELECT COUNT(*) AS n FROM checkpoints WHERE available_at <= UTC_TIMESTAMP(6)")[0]["n"]
+
+
+def test_k1_two_scanner_processes_process_every_candidate_exactly_once(flow, database, clock, config):
+    use_real_time(database, clock)
+    start_backlog(flow, database, 300, task_steps("work"))
+    scanners = [scanner_process(config) for _ in range(2)]
+    try:
+        wait_until(lambda: due_checkpoints(flow) == 0)
+    finally:
+        for p in scanners:
+            p.send_signal(signal.SIGTERM)
+    outputs = [p.communicate(timeout=30) for p in scanners]
+    assert [p.returncode for p in scanners] == [0, 0]  # K3: clean stop on SIGTERM
+    done = [sum(b["done"] for b in batch_lines(err)) for _, err in outputs]
+    assert sum(done) == 300, done
+    assert all(n > 0 for n in done), done  # both processes took a share
+    per_instance = flow.rows("SELECT i.id, COUNT(DISTINCT a.id) AS activations, COUNT(DISTINCT t.id) AS tasks "
+                             "FROM instances i LEFT JOIN step_activations a ON a.instance_id = i.id "
+                             "LEFT JOIN tasks t ON t.instance_id = i.id GROUP BY i.id")
+    assert len(per_instance) == 300
+    assert {(r["activations"], r["tasks"]) for r in per_instance} == {(1, 1)}
+    assert flow.rows("SELECT COUNT(*) AS n FROM events WHERE type = 'STEP_ACTIVATED'")[0]["n"] == 300
+
+
+def check_consistency(flow):
+    """No partial transition: every fact has the facts that must come with it."""
+    for row in flow.rows("SELECT id, last_event_seq, (SELECT COUNT(*) FROM events e WHERE e.instance_id = i.id) AS n,"
+                         " (SELECT MAX(seq) FROM events e WHERE e.instance_id = i.id) AS top FROM instances i"):
+        assert row["n"] == row["last_event_seq"] == row["top"]
+    activations = flow.rows("SELECT a.id, a.step_key, a.status, (SELECT COUNT(*) FROM tasks t WHERE "
+                            "t.activation_id = a.id) AS tasks, (SELECT COUNT(*) FROM events e WHERE e.instance_id = "
+                            "a.instance_id AND e.type = 'STEP_ACTIVATED' AND e.data LIKE CONCAT('%%\"', a.step_key, "
+                            "'\"%%')) AS activated FROM step_activations a")
+    assert all(a["tasks"] == 1 and a["activated"] == 1 for a in activations), activations[:3]
+    # A consumed inbox event always comes with its settled step and the successor's activation.
+    for row in flow.rows("SELECT i.status, a.status AS step, (SELECT COUNT(*) FROM step_activations n WHERE "
+                         "n.instance_id = a.instance_id AND n.step_index = a.step_index + 1) AS successors "
+                         "FROM inbox_events i JOIN tasks t ON t.id = i.task_id "
+                         "JOIN step_activations a ON a.id = t.activation_id"):
+        if row["status"] == "CONSUMED":
+            assert (row["step"], row["successors"]) == ("SUCCEEDED", 1)
+        else:
+            assert (row["step"], row["successors"]) == ("ACTIVE", 0)
+
+
+def run_with_kills(flow, config, kills, done):
+    rng = random.Random(7)
+    for _ in range(kills):
+        p = scanner_process(config)
+        time.sleep(rng.uniform(0.3, 0.9))
+        p.kill()  # SIGKILL: no clean-up at all
+        p.wait()
+        check_consistency(flow)
+    p = scanner_process(config)
+    try:
+        wait_until(done)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)
+
+
+def test_k2_scanner_killed_with_sigkill_mid_batch_loses_nothing_and_leaves_no_partial_transition(
+        flow, database, clock, config):
+    use_real_time(database, clock)
+    ns = start_backlog(flow, database, 200, task_steps("first", "second"))
+    run_with_kills(flow, config, 4, lambda: due_checkpoints(flow) == 0)
+    check_consistency(flow)
+    assert flow.rows("SELECT COUNT(*) AS n FROM step_activations")[0]["n"] == 200
+
+    # Finish every first task, then consume the outcomes under more SIGKILLs.
+    use_real_time(database, clock)  # the tasks became available at the scanner processes' database time
+    for _ in range(200):
+        claimed = tasks.claim_task(database, ns, "inventory", "w", 600, 1, "w")
+        tasks.complete_task(database, ns, claimed.task_id, claimed.lease_token,
+                            tasks.Completion("SUCCEEDED", '{"ok":true}'), frozenset({"inventory"}), 1, "w")
+    pending = lambda: flow.rows("SELECT COUNT(*) AS n FROM inbox_events WHERE status = 'PENDING'")[0]["n"]
+    assert pending() == 200
+    run_with_kills(flow, config, 4, lambda: pending() == 0)
+    check_consistency(flow)
+    assert flow.rows("SELECT COUNT(*) AS n FROM step_activations WHERE step_key = 'second'")[0]["n"] == 200
+
+
+def test_k2_an_sql_error_on_one_candidate_backs_it_off_and_the_batch_goes_on(flow, database, clock, monkeypatch):
+    flow.publish(task_steps("work"))
+    for i in range(5):
+        flow.start(f"wf-{i}")
+    poisoned = flow.rows("SELECT id FROM instances WHERE workflow_id = 'wf-2'")[0]["id"]
+    real_activate = steps.activate
+
+    def activate(tx, instance, *args):
+        if instance["id"] == poisoned:
+            tx.execute("SELECT no_such_column FROM instances")  # a real server-side SQL error (1054)
+        return real_activate(tx, instance, *args)
+
+    monkeypatch.setattr(steps, "activate", activate)
+    report = Scanner(database).run_once()
+    assert (report.candidates, report.done, report.failed) == (5, 4, 1)
+    (checkpoint,) = flow.rows("SELECT instance_id, due_at, available_at, attempts, last_error FROM checkpoints "
+                              "WHERE available_at > due_at")
+    assert checkpoint["instance_id"] == poisoned
+    assert checkpoint["attempts"] == 1 and "1054" in checkpoint["last_error"]
+    assert checkpoint["due_at"] == clock.now()  # the fact is kept; only the next try moved
+    assert (checkpoint["available_at"] - checkpoint["due_at"]).total_seconds() == 1
+    assert flow.rows("SELECT COUNT(*) AS n FROM step_activations")[0]["n"] == 4
+    assert flow.rows("SELECT id FROM step_activations WHERE instance_id = %s", (poisoned,)) == []
+
+    assert Scanner(database).run_once().candidates == 0  # backed off: not due yet
+    monkeypatch.setattr(steps, "activate", real_activate)
+    clock.advance(1)
+    assert Scanner(database).run_once().done == 1
+    assert flow.rows("SELECT COUNT(*) AS n FROM step_activations")[0]["n"] == 5
+
+
+def test_k1_batch_is_cut_to_the_batch_size_oldest_first(flow, database, clock):
+    flow.publish(task_steps("work"))
+    for i in range(7):
+        flow.start(f"wf-{i}")
+        clock.advance(1)
+    scanner = Scanner(database, batch_size=3)
+    batch = scanner.collect()
+    assert len(batch) == 3
+    assert [c.due_at for c in batch] == sorted(c.due_at for c in batch)
+    first_three = flow.rows("SELECT id FROM checkpoints ORDER BY due_at, id LIMIT 3")
+    assert [c.id for c in batch] == [r["id"] for r in first_three]
+
+
+def test_k3_scan_once_prints_one_structured_line(flow, database, clock, config):
+    use_real_time(database, clock)
+    start_backlog(flow, database, 3, task_steps("work"))
+    done = subprocess.run([sys.executable, "-m", "weave.cli", "scan", "--once"], capture_output=True, text=True,
+                          env={**os.environ, "WEAVE_DATABASE_URL": config.database_url}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert line["event"] == "scan_batch" and line["done"] == 3 and line["by_source"] == {"checkpoint": 3}

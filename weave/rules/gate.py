@@ -1,0 +1,35 @@
+"""The execution gate (I3, I4): may an instance start new work now?"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+OPEN = "OPEN"
+CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True)
+class GateFacts:
+    status: str  # instance status
+    gate: str
+    application_status: str
+    deadline_at: datetime  # total deadline
+    now: datetime
+
+
+# What a ROOT look decides about new work.
+GO = "GO"  # start it
+HOLD = "HOLD"  # not now (paused, in review, disabled application); someone will look again
+DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"  # I4: keep the facts, send the instance to review
+SETTLED = "SETTLED"  # terminal instance: nothing more will ever start
+
+
+def new_work(facts: GateFacts) -> str:
+    if facts.status in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        return SETTLED
+    if facts.status != "RUNNING" or facts.gate != OPEN or facts.application_status != "ACTIVE":
+        return HOLD
+    if facts.now >= facts.deadline_at:
+        return DEADLINE_EXCEEDED
+    return GO

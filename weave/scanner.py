@@ -1,0 +1,138 @@
+"""The scanner loop (K1-K3): inbox events, due checkpoints and (later) expiring signals, plus
+Pulse lease expiry, each candidate in its own short transaction.
+
+One batch: every source lists at most `batch_size` due candidates (ids and due times only, no
+locks); the merged list, oldest due first, is cut to `batch_size`; each candidate is processed by
+its source's unit, which re-reads it under lock with `SKIP LOCKED`, so any number of scanner
+processes share the work without waiting on each other. A candidate that fails (deadlock, lock
+wait timeout, lost connection, any SQL error, a bug) is rolled back and backed off on its own row;
+the batch goes on. The loop sleeps `idle_seconds` when a batch was not full, loops at once when it
+was, and stops after the current transaction on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable
+
+from sql import backoff, checkpoints, inbox, tasks
+from weave.db import Database, Tx
+
+log = logging.getLogger("weave.scanner")
+
+BATCH_SIZE = 100
+IDLE_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class CandidateSource:
+    name: str
+    due: Callable[[Tx, int], list[dict]]  # (tx, limit) -> [{"id", "due_at"}] oldest first, no locks
+    process: Callable  # a @unit_of_work taking the candidate id
+    failures: backoff.Source
+
+
+SOURCES = (
+    CandidateSource("inbox", inbox.due_candidates, inbox.consume_inbox_event, inbox.FAILURES),
+    CandidateSource("checkpoint", checkpoints.due_candidates, checkpoints.process_checkpoint, checkpoints.FAILURES),
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    due_at: datetime
+    source: CandidateSource
+    id: int
+
+
+@dataclass
+class BatchReport:
+    candidates: int = 0
+    by_source: dict[str, int] = field(default_factory=dict)
+    done: int = 0
+    skipped: int = 0  # another scanner had it, or it was no longer due
+    failed: int = 0
+    leases: dict[str, int] = field(default_factory=dict)
+    millis: float = 0.0
+
+    def line(self) -> str:
+        return json.dumps({"event": "scan_batch", "candidates": self.candidates, "by_source": self.by_source,
+                           "done": self.done, "skipped": self.skipped, "failed": self.failed,
+                           "leases": self.leases, "ms": round(self.millis, 1)}, sort_keys=True)
+
+
+class Scanner:
+    def __init__(self, database: Database, sources: tuple[CandidateSource, ...] = SOURCES,
+                 batch_size: int = BATCH_SIZE, idle_seconds: float = IDLE_SECONDS):
+        self.database = database
+        self.sources = sources
+        self.batch_size = batch_size
+        self.idle_seconds = idle_seconds
+
+    def collect(self) -> list[Candidate]:
+        def list_due(tx: Tx) -> list[Candidate]:
+            found = []
+            for source in self.sources:
+                found += [Candidate(row["due_at"], source, row["id"]) for row in source.due(tx, self.batch_size)]
+            return found
+
+        merged = self.database.run(list_due)
+        merged.sort(key=lambda c: (c.due_at, self.sources.index(c.source), c.id))
+        return merged[: self.batch_size]
+
+    def process(self, candidate: Candidate, report: BatchReport) -> None:
+        try:
+            outcome = candidate.source.process.once(self.database, candidate.id)
+        except Exception as exc:  # K2: whatever went wrong, back this candidate off and go on
+            report.failed += 1
+            log.warning("scan %s %s failed: %s", candidate.source.name, candidate.id, exc)
+            backoff.record_failure(self.database, candidate.source.failures, candidate.id, f"{type(exc).__name__}: {exc}")
+            return
+        if outcome is None:
+            report.skipped += 1
+        else:
+            report.done += 1
+
+    def expire_leases(self, report: BatchReport) -> None:
+        for row in self.database.run(tasks.expired_lease_candidates, self.batch_size):
+            try:
+                decision = tasks.expire_lease.once(self.database, row["id"], row["queue_id"])
+            except Exception as exc:  # the next batch sees it again: its lease is still expired
+                report.failed += 1
+                log.warning("lease expiry of task %s failed: %s", row["id"], exc)
+                continue
+            if decision is not None:
+                report.leases[decision] = report.leases.get(decision, 0) + 1
+
+    def run_once(self, stop: threading.Event | None = None) -> BatchReport:
+        started = time.monotonic()
+        report = BatchReport()
+        self.expire_leases(report)
+        batch = self.collect()
+        report.candidates = len(batch)
+        for candidate in batch:
+            if stop is not None and stop.is_set():
+                break
+            report.by_source[candidate.source.name] = report.by_source.get(candidate.source.name, 0) + 1
+            self.process(candidate, report)
+        report.millis = (time.monotonic() - started) * 1000
+        return report
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                report = self.run_once(stop)
+            except Exception as exc:  # the database is unreachable: wait and try again
+                log.warning("scan batch failed: %s", exc)
+                stop.wait(self.idle_seconds)
+                continue
+            # One line per batch; idle batches only at DEBUG, so an idle scanner is quiet.
+            log.log(logging.INFO if (report.candidates or report.leases or report.failed) else logging.DEBUG,
+                    report.line())
+            if report.candidates < self.batch_size:
+                stop.wait(self.idle_seconds)
