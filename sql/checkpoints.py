@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sql import backoff, instances, steps
+from sql import backoff, instances, steps, waits
 from weave.db import Tx, unit_of_work
 
 INSERT_CHECKPOINT = """
@@ -20,6 +20,11 @@ VALUES (%s, %s, %s, %s, %s, 0, %s)
 def schedule_root(tx: Tx, instance_id: int, due_at: datetime) -> int:
     """Ask the scanner to advance the instance at `due_at`."""
     return tx.insert(INSERT_CHECKPOINT, (instance_id, "ROOT", None, due_at, due_at, tx.now()))
+
+
+def schedule_wait(tx: Tx, instance_id: int, wait_id: int, due_at: datetime) -> int:
+    """Ask the scanner to look at one wait at `due_at` (its signals, or its deadline)."""
+    return tx.insert(INSERT_CHECKPOINT, (instance_id, "WAIT", wait_id, due_at, due_at, tx.now()))
 
 
 DUE_CHECKPOINTS = """
@@ -53,4 +58,6 @@ def process_checkpoint(tx: Tx, checkpoint_id: int) -> str | None:
     if checkpoint["available_at"] > tx.now():
         return None
     tx.execute(DELETE_CHECKPOINT, (checkpoint_id,))
+    if checkpoint["kind"] == "WAIT":
+        return waits.look(tx, instance, checkpoint["wait_id"], steps.SCANNER)
     return steps.advance(tx, instance)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sql import audit, checkpoints, definitions, events, instances, tasks
+from sql import audit, checkpoints, definitions, events, instances, tasks, waits
+from weave import jsontext
 from weave.db import Tx
-from weave.rules import gate, progress
+from weave.rules import correlation, gate, progress
 from weave.times import rfc3339
 
 SCANNER = "system:scanner"
@@ -58,7 +59,8 @@ def advance(tx: Tx, instance: dict, actor: str = SCANNER) -> str:
             instances.set_state(tx, instance, "SUCCEEDED", "CLOSED", None, actor)
         return where.move
     if where.move == progress.BUSY:
-        _check_step_deadline(tx, instance, latest[steps[where.index]["key"]], actor)
+        if steps[where.index]["type"] == "TASK":  # a wait's deadline is its own WAIT checkpoint's
+            _check_step_deadline(tx, instance, latest[steps[where.index]["key"]], actor)
         return where.move
     if where.move == progress.STUCK:
         return where.move
@@ -86,14 +88,38 @@ def activate(tx: Tx, instance: dict, step: dict, index: int, sequence: int, acto
         data["task_id"] = str(task_id)
         # Look again at the step deadline: a step whose task has not finished by then goes to review.
         checkpoints.schedule_root(tx, instance["id"], deadline_at)
+    activation = {"id": activation_id, "step_key": step["key"], "activation_sequence": sequence}
+    review_reason = None
+    if step["type"] == "SIGNAL":
+        try:
+            key = correlation.correlation_key(_context(tx, instance), step["correlation"])
+        except correlation.Unresolved as exc:
+            review_reason, data["problem"] = "CORRELATION_UNRESOLVED", str(exc)
+        else:
+            wait_id = waits.create(tx, instance["id"], activation, step, step["signal"], key, deadline_at)
+            data["wait_id"] = str(wait_id)
+    elif step["type"] != "TASK":
+        # POLL steps (query rounds racing a final signal) are not built yet: hand the step to an
+        # operator rather than pretend to poll.
+        review_reason = "STEP_TYPE_NOT_AVAILABLE"
     events.append(tx, instance["id"], "STEP_ACTIVATED", data)
     audit.record(tx, instance["namespace_id"], actor, "step.activate", data, instance_id=instance["id"])
-    if step["type"] != "TASK":
-        # SIGNAL and POLL activation (waits, query rounds) are not built yet: hand it to an operator
-        # rather than pretend to wait.
-        settle(tx, instance, {"id": activation_id, "step_key": step["key"], "activation_sequence": sequence},
-               "NEEDS_REVIEW", None, "STEP_TYPE_NOT_AVAILABLE", actor)
+    if review_reason:
+        settle(tx, instance, activation, "NEEDS_REVIEW", None, review_reason, actor)
     return activation_id
+
+
+SELECT_STEP_RESULTS = """
+SELECT step_key, result FROM step_activations WHERE instance_id = %s AND status = 'SUCCEEDED'
+ORDER BY step_index, activation_sequence
+"""
+
+
+def _context(tx: Tx, instance: dict) -> dict:
+    """The instance context of D2 as parsed JSON: workflow_id, input and the results of settled steps."""
+    steps = {row["step_key"]: {"result": jsontext.loads(row["result"])}
+             for row in tx.all(SELECT_STEP_RESULTS, (instance["id"],))}
+    return {"workflow_id": instance["workflow_id"], "input": jsontext.loads(instance["input"]), "steps": steps}
 
 
 def settle(tx: Tx, instance: dict, activation: dict, status: str, result_text: str | None,

@@ -140,7 +140,7 @@ def revoke_credential(tx: Tx, namespace: str, credential_id: int) -> dict:
 
 SELECT_PRINCIPAL = """
 SELECT c.id, c.token_sha256, c.namespace_id, n.name AS namespace, c.application_id,
-       a.status AS application_status, c.actor, c.scopes, c.expires_at, c.revoked_at
+       a.status AS application_status, a.signals_per_minute, c.actor, c.scopes, c.expires_at, c.revoked_at
 FROM credentials c
 JOIN namespaces n ON n.id = c.namespace_id
 JOIN applications a ON a.id = c.application_id
@@ -163,5 +163,6 @@ def authenticate(tx: Tx, presented_sha256: bytes) -> auth.Principal | None:
     return auth.Principal(
         credential_id=row["id"], namespace_id=row["namespace_id"], namespace=row["namespace"],
         application_id=row["application_id"], application_status=row["application_status"],
+        signals_per_minute=row["signals_per_minute"],
         actor=row["actor"], scopes=frozenset(row["scopes"].split()), queues=queues,
     )

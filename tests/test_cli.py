@@ -80,7 +80,7 @@ def test_weave_migrate_command_applies_everything(server_url):
     env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
     done = subprocess.run([sys.executable, "-m", "weave.cli", "migrate"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "applied 4 migration(s)" in done.stdout
+    assert "applied 5 migration(s)" in done.stdout
     assert migrate.pending(url) == []
     again = subprocess.run([sys.executable, "-m", "weave.cli", "migrate"], env=env, capture_output=True, text=True)
     assert "none pending" in again.stdout

@@ -30,9 +30,9 @@ def _tables(url):
 
 
 def test_m1_migrations_apply_and_roll_back_on_an_empty_database(scratch_url):
-    assert migrate.pending(scratch_url) == ["0001.tenancy", "0002.workflows", "0003.pulse", "0004.signals_minimal"]
+    assert migrate.pending(scratch_url) == ["0001.tenancy", "0002.workflows", "0003.pulse", "0004.signals_minimal", "0005.signal_identity"]
     applied = migrate.apply(scratch_url)
-    assert applied == ["0001.tenancy", "0002.workflows", "0003.pulse", "0004.signals_minimal"]
+    assert applied == ["0001.tenancy", "0002.workflows", "0003.pulse", "0004.signals_minimal", "0005.signal_identity"]
     assert migrate.pending(scratch_url) == []
     assert {"namespaces", "instances", "signals", "waits", "tasks", "inbox_events"} <= _tables(scratch_url)
     rolled = migrate.rollback(scratch_url)
@@ -49,7 +49,7 @@ def test_m1_migration_steps_survive_being_re_run(scratch_url):
         cur.execute("DELETE FROM _yoyo_migration")  # as if the process died before recording them
     conn.commit()
     conn.close()
-    assert len(migrate.apply(scratch_url)) == 4
+    assert len(migrate.apply(scratch_url)) == 5
 
 
 def test_m1_every_table_and_column_has_a_comment(migrated_url):

@@ -8,7 +8,7 @@ from weave import errors, openapi
 from weave.config import Config
 from weave.db import Database
 from weave.http import Authenticate
-from weave.resources import definitions, health, tasks, workflows
+from weave.resources import definitions, health, signals, tasks, workflows
 from weave.resources.openapi import OpenApiDocument
 
 N = "/v1/namespaces/{namespace}"
@@ -24,6 +24,8 @@ def routes(database: Database, config: Config) -> list[tuple[str, object]]:
         (f"{N}/workflows", workflows.WorkflowCollection(database, limit)),
         (f"{N}/workflows/{{workflow_id}}", workflows.Workflow(database)),
         (f"{N}/workflows/{{workflow_id}}/events", workflows.WorkflowEvents(database)),
+        (f"{N}/workflows/{{workflow_id}}/signals", signals.WorkflowSignals(database, limit)),
+        (f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}", signals.WorkflowSignal(database)),
         (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit)),
         (f"{N}/tasks/{{task_id}}/heartbeat", tasks.TaskHeartbeat(database, limit)),
         (f"{N}/tasks/{{task_id}}/complete", tasks.TaskComplete(database, limit)),

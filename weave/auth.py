@@ -43,6 +43,7 @@ class Principal:
     namespace: str
     application_id: int
     application_status: str
+    signals_per_minute: int | None
     actor: str
     scopes: frozenset[str]
     queues: frozenset[str]

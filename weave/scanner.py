@@ -1,4 +1,4 @@
-"""The scanner loop (K1-K3): inbox events, due checkpoints and (later) expiring signals, plus
+"""The scanner loop (K1-K3): inbox events, due checkpoints and expiring signals, plus
 Pulse lease expiry, each candidate in its own short transaction.
 
 One batch: every source lists at most `batch_size` due candidates (ids and due times only, no
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
-from sql import backoff, checkpoints, inbox, tasks
+from sql import backoff, checkpoints, inbox, signals, tasks
 from weave.db import Database, Tx
 
 log = logging.getLogger("weave.scanner")
@@ -40,6 +40,7 @@ class CandidateSource:
 SOURCES = (
     CandidateSource("inbox", inbox.due_candidates, inbox.consume_inbox_event, inbox.FAILURES),
     CandidateSource("checkpoint", checkpoints.due_candidates, checkpoints.process_checkpoint, checkpoints.FAILURES),
+    CandidateSource("signal_expiry", signals.expiry_candidates, signals.expire_unmatched_signal, signals.FAILURES),
 )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sql.definitions import Definition
 from sql.instances import WorkflowFacts
 from sql.tasks import ClaimedTask
+from weave import jsontext
 from weave.jsontext import Raw
 from weave.times import rfc3339
 
@@ -80,3 +81,39 @@ def claimed_task_view(task: ClaimedTask) -> dict:
         "lease_expires_at": rfc3339(task.lease_expires_at),
         "deadline_at": rfc3339(task.deadline_at),
     }
+
+
+def _payload(row: dict):
+    if row["request_digest"] is None and row["payload"] is not None:
+        # Signals older than identity kept their text as sent: show it parsed when it is JSON.
+        try:
+            return jsontext.loads(row["payload"])
+        except jsontext.JsonRejected:
+            return row["payload"]
+    return Raw(row["payload"]) if row["payload"] is not None else None
+
+
+def signal_view(row: dict, workflow_id: str) -> dict:
+    """Current state of a signal: the receipt fields with current values, plus what was sent."""
+    view = {
+        "signal_id": str(row["id"]),
+        "workflow_id": workflow_id,
+        "status": row["status"],
+        "disposition": row["disposition"],
+        "accepted_at": rfc3339(row["accepted_at"]),
+        "expires_at": rfc3339(row["expires_at"]),
+        "idempotency_key": row["idempotency_key"],
+        "request_digest": row["request_digest"],
+        "name": row["name"],
+        "payload_version": row["payload_version"],
+        "target_step_key": row["target_step_key"],
+        "target_activation_sequence": row["target_activation_sequence"],
+        "correlation_key": row["correlation"].decode("utf-8", "replace"),
+        "reason": row["reason"],
+        "evidence_ref": row["evidence_ref"],
+        "actor": row["actor"],
+        "consumed_at": rfc3339(row["consumed_at"]),
+    }
+    if row["payload_present"]:
+        view["payload"] = _payload(row)
+    return view

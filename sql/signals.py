@@ -1,0 +1,287 @@
+"""Signals: acceptance (send), query (get, list) and the per-application quota (S1.1-S1.12).
+
+`send_signal` follows S1.3: (authentication and quota happen before it) → idempotency lookup →
+queues of the pinned definition locked in sorted order (shared: send only reads them, but it must
+keep the global lock order) → instance locked → idempotency re-checked under the lock → limit →
+target checks → one write of signal, receipt, checkpoint, event and audit record (S1.4).
+
+Two requests with one idempotency key meet at the instance lock: the second re-reads the key
+under the lock and replays the first receipt. The UNIQUE key `uq_signals_idempotency` is the
+backstop: a duplicate re-runs the unit, which then replays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sql import audit, backoff, checkpoints, definitions, events, instances
+from weave import jsontext
+from weave.auth import Principal
+from weave.db import Tx, unit_of_work
+from weave.errors import Code, WeaveError
+from weave.rules import definitions as definition_rules
+from weave.rules import signals as rules
+from weave.times import rfc3339
+
+SIGNALS_PER_INSTANCE = 1024
+EXPIRY_RECHECK = timedelta(seconds=1)  # a wait's deadline checkpoint is due: let it decide first
+
+
+@dataclass(frozen=True)
+class SignalRequest:
+    idempotency_key: str
+    fields: dict  # the validated body without `payload`
+    payload: object  # the parsed payload, or rules.ABSENT
+    payload_text: str | None  # compact JSON of the payload; None when absent
+    correlation: bytes
+    request_digest: str
+
+
+@dataclass(frozen=True)
+class Receipt:
+    text: str  # the frozen body, byte for byte
+    replayed: bool
+
+
+# ---- quota ----------------------------------------------------------------------------------------
+
+COUNT_IN_WINDOW = """
+INSERT INTO signal_quota_windows (application_id, window_start, used) VALUES (%s, %s, 1)
+ON DUPLICATE KEY UPDATE used = used + 1
+"""
+USED_IN_WINDOW = "SELECT used FROM signal_quota_windows WHERE application_id = %s AND window_start = %s"
+FORGET_OLD_WINDOWS = "DELETE FROM signal_quota_windows WHERE application_id = %s AND window_start < %s"
+
+
+@unit_of_work
+def take_quota(tx: Tx, application_id: int, per_minute: int) -> int | None:
+    """Count one signal request in the current minute; the seconds to wait when over the quota."""
+    now = tx.now()
+    window = now.replace(second=0, microsecond=0)
+    tx.execute(COUNT_IN_WINDOW, (application_id, window))
+    used = tx.one(USED_IN_WINDOW, (application_id, window))["used"]
+    if used == 1:
+        tx.execute(FORGET_OLD_WINDOWS, (application_id, window))
+    if used <= per_minute:
+        return None
+    return max(1, int((window + timedelta(minutes=1) - now).total_seconds() + 0.999))
+
+
+# ---- send -----------------------------------------------------------------------------------------
+
+SELECT_TARGET_INSTANCE = """
+SELECT id, definition_id, (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest
+FROM instances i WHERE namespace_id = %s AND workflow_id = %s
+"""
+SELECT_BY_IDEMPOTENCY_KEY = "SELECT id, request_digest, receipt FROM signals WHERE instance_id = %s AND idempotency_key = %s"
+LOCK_QUEUES_SHARED = """
+SELECT id FROM queues WHERE namespace_id = %s AND name IN %s ORDER BY name LOCK IN SHARE MODE
+"""
+COUNT_SIGNALS = "SELECT COUNT(*) AS n FROM signals WHERE instance_id = %s"
+SELECT_TARGET_ACTIVATION = """
+SELECT id, activation_sequence, status FROM step_activations
+WHERE instance_id = %s AND step_key = %s ORDER BY activation_sequence DESC LIMIT 1
+"""
+SELECT_ACTIVATION_WAIT = """
+SELECT id, status, deadline_at, correlation, winner_signal_id FROM waits WHERE activation_id = %s
+"""
+INSERT_SIGNAL = """
+INSERT INTO signals (instance_id, name, payload_version, target_step_key, target_activation_sequence, correlation,
+                     payload, payload_sha256, payload_present, reason, evidence_ref, actor, credential_id,
+                     idempotency_key, request_digest, status, disposition, accepted_at, expires_at, available_at,
+                     settled_at, created_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+FREEZE_RECEIPT = "UPDATE signals SET receipt = %s WHERE id = %s"
+
+
+def pinned_document(tx: Tx, instance: dict) -> dict:
+    return definitions.document(tx, instance["definition_id"], instance["definition_digest"])
+
+
+def target_instance(tx: Tx, principal: Principal, workflow_id: str) -> tuple[dict, dict]:
+    """The instance (not locked) and its pinned document, after the permission checks of S1.1."""
+    instance = tx.one(SELECT_TARGET_INSTANCE, (principal.namespace_id, workflow_id))
+    if instance is None:
+        raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
+    document = pinned_document(tx, instance)
+    principal.require_queues(definition_rules.queues_used(document))
+    return instance, document
+
+
+def _replay(existing: dict, request: SignalRequest) -> Receipt:
+    if existing["request_digest"] != request.request_digest:
+        raise WeaveError(Code.IDEMPOTENCY_CONFLICT,
+                         f"Idempotency-Key {request.idempotency_key!r} was used for a different signal")
+    return Receipt(existing["receipt"], replayed=True)
+
+
+def _target_facts(tx: Tx, instance: dict, request: SignalRequest) -> tuple[rules.TargetFacts, dict | None]:
+    """The facts for `rules.accept`, and the target activation's wait row (None without one)."""
+    fields = request.fields
+    activation = tx.one(SELECT_TARGET_ACTIVATION, (instance["id"], fields["target_step_key"]))
+    wait = tx.one(SELECT_ACTIVATION_WAIT, (activation["id"],)) if activation else None
+    return rules.TargetFacts(
+        instance_status=instance["status"],
+        target_sequence=fields["target_activation_sequence"],
+        current_sequence=activation["activation_sequence"] if activation else None,
+        wait_status=wait["status"] if wait else None,
+        wait_deadline=wait["deadline_at"] if wait else None,
+        wait_correlation=wait["correlation"] if wait else None,
+        wait_won_by_query=bool(wait and wait["status"] == "SATISFIED" and wait["winner_signal_id"] is None),
+        correlation=request.correlation,
+        accepted_at=tx.now(),
+    ), wait
+
+
+@unit_of_work
+def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalRequest) -> Receipt:
+    unlocked, document = target_instance(tx, principal, workflow_id)
+    existing = tx.one(SELECT_BY_IDEMPOTENCY_KEY, (unlocked["id"], request.idempotency_key))
+    if existing is not None:
+        return _replay(existing, request)
+    problems = rules.contract_problems(document["steps"], request.fields, request.payload)
+    if problems:
+        errors = [{"pointer": p.pointer, "message": p.message} for p in problems]
+        raise WeaveError(Code.CONTRACT_MISMATCH, f"{errors[0]['pointer']}: {errors[0]['message']}", errors)
+
+    queues = definition_rules.queues_used(document)
+    if queues:
+        tx.all(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
+    instance = instances.lock(tx, unlocked["id"])
+    existing = tx.one(SELECT_BY_IDEMPOTENCY_KEY, (instance["id"], request.idempotency_key))
+    if existing is not None:
+        return _replay(existing, request)  # a concurrent twin committed first
+    if tx.one(COUNT_SIGNALS, (instance["id"],))["n"] >= SIGNALS_PER_INSTANCE:
+        raise WeaveError(Code.SIGNAL_LIMIT_REACHED, f"workflow {workflow_id!r} already holds "
+                                                    f"{SIGNALS_PER_INSTANCE} signals")
+    facts, wait = _target_facts(tx, instance, request)
+    decision = rules.accept(facts)
+    if decision.status == rules.ACTIVATION_NOT_FOUND:
+        raise WeaveError(Code.ACTIVATION_NOT_FOUND,
+                         f"step {request.fields['target_step_key']!r} has no activation "
+                         f"{request.fields['target_activation_sequence']}")
+    return _accept(tx, principal, instance, request, facts.accepted_at, decision, wait)
+
+
+def _accept(tx: Tx, principal: Principal, instance: dict, request: SignalRequest, now: datetime,
+            decision: rules.Acceptance, wait: dict | None) -> Receipt:
+    fields = request.fields
+    payload_sha = jsontext.sha256_text(request.payload_text) if request.payload_text is not None else None
+    signal_id = tx.insert(INSERT_SIGNAL, (
+        instance["id"], fields["name"], fields["payload_version"], fields["target_step_key"],
+        fields["target_activation_sequence"], request.correlation, request.payload_text, payload_sha,
+        request.payload_text is not None, fields["reason"], fields.get("evidence_ref"), principal.actor,
+        principal.credential_id, request.idempotency_key, request.request_digest, decision.status,
+        decision.disposition, now, instance["deadline_at"], now,
+        now if decision.status != rules.PENDING else None, now))
+    receipt = jsontext.compact({
+        "signal_id": str(signal_id), "workflow_id": instance["workflow_id"], "status": decision.status,
+        "disposition": decision.disposition, "accepted_at": rfc3339(now),
+        "expires_at": rfc3339(instance["deadline_at"]), "idempotency_key": request.idempotency_key,
+        "request_digest": request.request_digest,
+    })
+    tx.execute(FREEZE_RECEIPT, (receipt, signal_id))
+    if decision.wakes_wait:
+        checkpoints.schedule_wait(tx, instance["id"], wait["id"], now)
+    data = {"signal_id": str(signal_id), "name": fields["name"], "target_step_key": fields["target_step_key"],
+            "target_activation_sequence": fields["target_activation_sequence"], "status": decision.status,
+            "disposition": decision.disposition, "actor": principal.actor}
+    events.append(tx, instance["id"], "SIGNAL_ACCEPTED", data)
+    audit.record(tx, principal.namespace_id, principal.actor, "signal.send",
+                 {**data, "idempotency_key": request.idempotency_key, "accepted_at": rfc3339(now),
+                  "instance_deadline_at": rfc3339(instance["deadline_at"])},
+                 instance_id=instance["id"], credential_id=principal.credential_id,
+                 request_digest=request.request_digest)
+    return Receipt(receipt, replayed=False)
+
+
+# ---- get and list ---------------------------------------------------------------------------------
+
+SIGNAL_COLUMNS = """
+s.id, s.name, s.payload_version, s.target_step_key, s.target_activation_sequence, s.correlation, s.payload,
+s.payload_present, s.reason, s.evidence_ref, s.actor, s.idempotency_key, s.request_digest, s.status,
+s.disposition, s.accepted_at, s.expires_at, s.consumed_at
+"""
+SELECT_SIGNAL = "SELECT " + SIGNAL_COLUMNS + " FROM signals s WHERE s.instance_id = %s AND s.id = %s"
+SELECT_SIGNAL_PAGE = ("SELECT " + SIGNAL_COLUMNS + " FROM signals s WHERE s.instance_id = %s AND s.id > %s "
+                      "ORDER BY s.id LIMIT %s")
+SELECT_SIGNAL_PAGE_BY_STATUS = ("SELECT " + SIGNAL_COLUMNS + " FROM signals s WHERE s.instance_id = %s "
+                                "AND s.status = %s AND s.id > %s ORDER BY s.id LIMIT %s")
+
+
+@unit_of_work
+def get_signal(tx: Tx, principal: Principal, workflow_id: str, signal_id: int) -> dict:
+    instance, _ = target_instance(tx, principal, workflow_id)
+    row = tx.one(SELECT_SIGNAL, (instance["id"], signal_id))
+    if row is None:
+        raise WeaveError(Code.SIGNAL_NOT_FOUND, f"signal {signal_id} does not exist in workflow {workflow_id!r}")
+    return row
+
+
+@unit_of_work
+def list_signals(tx: Tx, principal: Principal, workflow_id: str, status: str | None, after: int,
+                 limit: int) -> list[dict]:
+    instance, _ = target_instance(tx, principal, workflow_id)
+    if status is None:
+        return tx.all(SELECT_SIGNAL_PAGE, (instance["id"], after, limit))
+    return tx.all(SELECT_SIGNAL_PAGE_BY_STATUS, (instance["id"], status, after, limit))
+
+
+# ---- expiry of unmatched signals (the scanner's third source, S2.7) -------------------------------
+
+DUE_EXPIRIES = """
+SELECT id, expires_at AS due_at FROM signals
+WHERE status = 'PENDING' AND expires_at <= %s AND available_at <= %s
+ORDER BY expires_at, id
+LIMIT %s
+"""
+SELECT_SIGNAL_INSTANCE = "SELECT instance_id FROM signals WHERE id = %s"
+LOCK_PENDING_SIGNAL = """
+SELECT id, target_step_key, target_activation_sequence, expires_at, available_at FROM signals
+WHERE id = %s AND status = 'PENDING' FOR UPDATE SKIP LOCKED
+"""
+SELECT_WAITING_WAIT = """
+SELECT id, deadline_at FROM waits
+WHERE instance_id = %s AND step_key = %s AND activation_sequence = %s AND status = 'WAITING'
+"""
+EXPIRE_SIGNAL = """
+UPDATE signals SET status = 'EXPIRED', disposition = 'EXPIRED_UNMATCHED', settled_at = %s
+WHERE id = %s AND status = 'PENDING'
+"""
+LOOK_AGAIN_AT = "UPDATE signals SET available_at = %s WHERE id = %s"
+FAILURES = backoff.Source(
+    lock="SELECT attempts FROM signals WHERE id = %s AND status = 'PENDING' FOR UPDATE",
+    record="UPDATE signals SET attempts = attempts + 1, last_error = %s, available_at = %s WHERE id = %s",
+)
+
+
+def expiry_candidates(tx: Tx, limit: int) -> list[dict]:
+    now = tx.now()
+    return tx.all(DUE_EXPIRIES, (now, now, limit))
+
+
+@unit_of_work
+def expire_unmatched_signal(tx: Tx, signal_id: int) -> str | None:
+    """A PENDING signal past its `expires_at` that no wait is waiting for becomes EXPIRED_UNMATCHED.
+
+    The instance is locked before the signal (global lock order). A signal whose wait is still
+    WAITING belongs to that wait's decision (it may be on time): look again after the wait's deadline.
+    """
+    row = tx.one(SELECT_SIGNAL_INSTANCE, (signal_id,))
+    if row is None:
+        return None
+    instance = instances.lock(tx, row["instance_id"])
+    signal = tx.one(LOCK_PENDING_SIGNAL, (signal_id,))
+    now = tx.now()
+    if signal is None or signal["expires_at"] > now or signal["available_at"] > now:
+        return None
+    wait = tx.one(SELECT_WAITING_WAIT, (instance["id"], signal["target_step_key"],
+                                        signal["target_activation_sequence"]))
+    if wait is not None:
+        tx.execute(LOOK_AGAIN_AT, (max(wait["deadline_at"], now + EXPIRY_RECHECK), signal_id))
+        return "DEFERRED"
+    tx.execute(EXPIRE_SIGNAL, (now, signal_id))
+    events.append(tx, instance["id"], "SIGNAL_EXPIRED", {"signal_id": str(signal_id), "disposition": "EXPIRED_UNMATCHED"})
+    return "EXPIRED"
