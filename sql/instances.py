@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sql import audit, checkpoints, definitions, events
+from sql import audit, checkpoints, definitions, events, steps, tasks
 from weave.db import Tx, unit_of_work
 from weave.errors import Code, WeaveError
+from weave.rules import control as control_rules
 from weave.times import rfc3339
 
 
@@ -146,3 +147,41 @@ def set_state(tx: Tx, instance: dict, status: str, gate: str, review_reason: str
     events.append(tx, instance["id"], f"WORKFLOW_{status}", data)
     audit.record(tx, instance["namespace_id"], actor, "workflow.state", {"from": before, "to": data},
                  instance_id=instance["id"])
+
+
+SELECT_INSTANCE_ID_FOR_CONTROL = "SELECT id FROM instances WHERE namespace_id = %s AND workflow_id = %s"
+SELECT_OPEN_ACTIVATIONS = "SELECT id, step_key, activation_sequence FROM step_activations WHERE instance_id = %s AND status = 'ACTIVE' ORDER BY id"
+LOCK_OPEN_WAITS = "SELECT id FROM waits WHERE instance_id = %s AND status = 'WAITING' ORDER BY id FOR UPDATE"
+CANCEL_WAIT = "UPDATE waits SET status = 'CANCELLED', settled_at = %s WHERE id = %s AND status = 'WAITING'"
+REJECT_PENDING_SIGNALS = """
+UPDATE signals SET status = 'REJECTED', disposition = 'INSTANCE_SETTLED', settled_at = %s
+WHERE instance_id = %s AND status = 'PENDING'
+"""
+
+
+@unit_of_work
+def control(tx: Tx, namespace_id: int, workflow_id: str, action: str, reason: str, credential_id: int,
+            actor: str) -> WorkflowFacts:
+    """R1: pause, resume or cancel, audited with the reason; 409 INVALID_STATE when not allowed."""
+    row = tx.one(SELECT_INSTANCE_ID_FOR_CONTROL, (namespace_id, workflow_id))
+    if row is None:
+        raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
+    instance = lock(tx, row["id"])
+    target = control_rules.transition(action, instance["status"])
+    if target is None:
+        raise WeaveError(Code.INVALID_STATE, f"cannot {action} a workflow that is {instance['status']}")
+    now = tx.now()
+    if action == "cancel":
+        for activation in tx.all(SELECT_OPEN_ACTIVATIONS, (instance["id"],)):
+            locked = steps.lock_activation(tx, activation["id"])
+            steps.settle(tx, instance, locked, "CANCELLED", None, None, actor)
+            tasks.cancel_open_tasks(tx, activation["id"])
+        for wait in tx.all(LOCK_OPEN_WAITS, (instance["id"],)):
+            tx.execute(CANCEL_WAIT, (now, wait["id"]))
+        tx.execute(REJECT_PENDING_SIGNALS, (now, instance["id"]))
+    set_state(tx, instance, target.status, target.gate, None, actor, {"action": action, "reason": reason})
+    audit.record(tx, namespace_id, actor, f"workflow.{action}", {"workflow_id": workflow_id, "reason": reason},
+                 instance_id=instance["id"], credential_id=credential_id)
+    if action == "resume":
+        checkpoints.schedule_root(tx, instance["id"], now)
+    return read_facts(tx, namespace_id, workflow_id)

@@ -126,6 +126,7 @@ def _target_facts(tx: Tx, instance: dict, request: SignalRequest) -> tuple[rules
         instance_status=instance["status"],
         target_sequence=fields["target_activation_sequence"],
         current_sequence=activation["activation_sequence"] if activation else None,
+        activation_status=activation["status"] if activation else None,
         wait_status=wait["status"] if wait else None,
         wait_deadline=wait["deadline_at"] if wait else None,
         wait_correlation=wait["correlation"] if wait else None,

@@ -166,6 +166,8 @@ class Flow:
         self.headers = tenant.headers("definitions:write", "workflows:start", "workflows:read",
                                       queues=("inventory", "carrier"))
         self.worker = tenant.headers("tasks:work", queues=("inventory", "carrier"), actor="worker")
+        self.signaller = tenant.headers("workflows:signal", "workflows:read", queues=("inventory", "carrier"),
+                                        actor="payments-bot")
         self.scanner = Scanner(database)
 
     def publish(self, document: dict) -> int:
@@ -212,6 +214,22 @@ class Flow:
         return self.client.simulate_post(f"{self.ns}/tasks/{task['task_id']}/heartbeat", headers=self.worker,
                                          json={"lease_token": task["lease_token"], "lease_seconds": lease_seconds})
 
+    def send(self, workflow_id: str, key: str, body: dict, headers: dict | None = None):
+        return self.client.simulate_post(f"{self.ns}/workflows/{workflow_id}/signals", json=body,
+                                         headers={**(headers or self.signaller), "Idempotency-Key": key})
+
+    def signal(self, workflow_id: str, signal_id: str, headers: dict | None = None):
+        return self.client.simulate_get(f"{self.ns}/workflows/{workflow_id}/signals/{signal_id}",
+                                        headers=headers or self.signaller)
+
+    def finish_task(self, result=None, queue: str = "inventory") -> dict:
+        """Claim the next task, complete it, and let the scanner react."""
+        claimed = self.claim(queue)
+        assert claimed.status_code == 200, claimed.text
+        assert self.complete(claimed.json, result=result if result is not None else {}).status_code == 200
+        self.scan()
+        return claimed.json
+
     def rows(self, sql: str, params=()) -> list[dict]:
         return self.database.run(lambda tx: tx.all(sql, params))
 
@@ -224,3 +242,27 @@ def flow(client, tenant, database) -> Flow:
 def task_steps(*keys: str, queue: str = "inventory", max_attempts: int = 3, timeout: int = 300) -> dict:
     return {"name": "flow", "steps": [{"key": key, "type": "TASK", "queue": queue, "max_attempts": max_attempts,
                                        "timeout_seconds": timeout} for key in keys]}
+
+
+PAYMENT_SCHEMA = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "number"}}}
+
+
+def signal_flow_definition(timeout: int = 3600) -> dict:
+    """reserve (TASK) -> payment (SIGNAL, correlated on the order id) -> ship (TASK)."""
+    return {"name": "flow", "steps": [
+        {"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 300},
+        {"key": "payment", "type": "SIGNAL", "timeout_seconds": timeout, "correlation": "/input/order_id",
+         "signal": {"name": "payment.settled", "payload_version": "v1", "payload_schema": PAYMENT_SCHEMA}},
+        {"key": "ship", "type": "TASK", "queue": "carrier", "timeout_seconds": 300},
+    ]}
+
+
+def payment(correlation_key: str = "o-1", sequence: int = 1, **overrides) -> dict:
+    body = {"name": "payment.settled", "payload_version": "v1", "target_step_key": "payment",
+            "target_activation_sequence": sequence, "correlation_key": correlation_key,
+            "payload": {"amount": 12.5}, "reason": "PSP webhook settled the payment"}
+    body.update(overrides)
+    return {k: v for k, v in body.items() if v is not ABSENT}
+
+
+ABSENT = object()

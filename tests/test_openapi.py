@@ -33,3 +33,9 @@ def test_every_route_of_the_app_is_documented_with_its_methods(client):
         clean = re.sub(r"{(\w+):[^}]*}", r"{\1}", path)
         methods = {m for m in ("get", "post") if hasattr(resource, f"on_{m}")}
         assert set(documented[clean]) == methods, path
+
+
+def test_operation_ids_are_unique(client):
+    document = client.simulate_get("/v1/openapi.json").json
+    ids = [op["operationId"] for path in document["paths"].values() for op in path.values()]
+    assert len(ids) == len(set(ids)) >= 16

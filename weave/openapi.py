@@ -67,7 +67,9 @@ def build(routes: Iterable[tuple[str, object]]) -> dict:
             meta = getattr(responder, "operation", None)
             if meta is None:
                 continue
-            op_id = f"{method}_{type(resource).__name__}"
+            words = ["by_" + w[1:-1] if w.startswith("{") else w for w in clean.split("/")
+                     if w and w not in ("v1", "namespaces", "{namespace}")]
+            op_id = "_".join([method, *words]).replace(".", "_")
             paths.setdefault(clean, {})[method] = _operation(path, method, meta, op_id)
             if meta.request:
                 request_schemas.add(meta.request)

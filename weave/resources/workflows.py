@@ -79,3 +79,22 @@ class WorkflowEvents:
         page = rows[:limit]
         next_after = page[-1]["seq"] if len(rows) > limit else None
         send_json(resp, 200, {"events": [event_view(row) for row in page], "next_after": next_after})
+
+
+class WorkflowControl:
+    """POST /pause, /resume, /cancel (R1)."""
+
+    def __init__(self, database, body_limit: int, action: str):
+        self.database = database
+        self.body_limit = body_limit
+        self.action = action
+
+    @operation("Pause, resume or cancel a workflow (R1); answers the workflow", scopes=("workflows:control",),
+               request="control", statuses=(200, 401, 403, 404, 409, 413, 415, 422))
+    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
+        principal = req.context.principal
+        principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:control")
+        body = read_json(req, "control", self.body_limit)
+        facts = instances.control(self.database, principal.namespace_id, workflow_id, self.action, body["reason"],
+                                  principal.credential_id, principal.actor)
+        send_json(resp, 200, workflow_view(facts))

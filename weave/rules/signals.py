@@ -93,6 +93,7 @@ class TargetFacts:
     instance_status: str
     target_sequence: int
     current_sequence: int | None  # latest activation of the target step; None before the first
+    activation_status: str | None
     wait_status: str | None  # the wait of the latest activation, if it has one
     wait_deadline: datetime | None
     wait_correlation: bytes | None
@@ -126,6 +127,8 @@ def accept(facts: TargetFacts) -> Acceptance:
         return Acceptance(PENDING, wakes_wait=True)
     if facts.wait_status == "EXPIRED":
         return Acceptance(REJECTED, "LATE")
-    if facts.wait_status == "SATISFIED":
+    if facts.activation_status != "ACTIVE":
+        return Acceptance(REJECTED, "STEP_SETTLED")
+    if facts.wait_status == "SATISFIED":  # C3: a POLL step stays ACTIVE until its query ends
         return Acceptance(REJECTED, "QUERY_SETTLED" if facts.wait_won_by_query else "WAIT_SETTLED")
     return Acceptance(REJECTED, "STEP_SETTLED")
