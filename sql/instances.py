@@ -35,6 +35,7 @@ class WorkflowFacts:
     document: dict
     activations: dict[str, dict]  # step_key -> latest activation
     tasks: dict[int, dict]  # activation_id -> its newest task
+    waits: dict[int, dict]  # activation_id -> its wait
 
 
 SELECT_INSTANCE = """
@@ -54,6 +55,9 @@ FROM step_activations WHERE instance_id = %s ORDER BY step_index, activation_seq
 SELECT_ACTIVATION_TASKS = """
 SELECT id, activation_id, status, attempt FROM tasks WHERE activation_id IN %s ORDER BY id
 """
+SELECT_ACTIVATION_WAITS = """
+SELECT activation_id, status, deadline_at, correlation, winner_signal_id FROM waits WHERE activation_id IN %s
+"""
 INSERT_INSTANCE = """
 INSERT INTO instances (namespace_id, workflow_id, definition_id, application_id, input, request_digest,
                        status, gate, deadline_at, created_at, updated_at)
@@ -68,11 +72,13 @@ def read_facts(tx: Tx, namespace_id: int, workflow_id: str) -> WorkflowFacts | N
     document = definitions.document(tx, instance["definition_id"], instance["definition_digest"])
     activations = {row["step_key"]: row for row in tx.all(SELECT_LATEST_ACTIVATIONS, (instance["id"],))}
     tasks: dict[int, dict] = {}
+    waits: dict[int, dict] = {}
     if activations:
         ids = tuple(row["id"] for row in activations.values())
         for task in tx.all(SELECT_ACTIVATION_TASKS, (ids,)):
             tasks[task["activation_id"]] = task
-    return WorkflowFacts(instance, document, activations, tasks)
+        waits = {wait["activation_id"]: wait for wait in tx.all(SELECT_ACTIVATION_WAITS, (ids,))}
+    return WorkflowFacts(instance, document, activations, tasks, waits)
 
 
 @unit_of_work

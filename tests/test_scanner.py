@@ -188,3 +188,92 @@ def test_k3_scan_once_prints_one_structured_line(flow, database, clock, config):
     assert done.returncode == 0, done.stderr
     line = json.loads(done.stdout.strip().splitlines()[-1])
     assert line["event"] == "scan_batch" and line["done"] == 3 and line["by_source"] == {"checkpoint": 3}
+
+
+def waiting_backlog(flow, database, clock, count):
+    """`count` instances whose payment wait is WAITING, set up through the units (fast, real time)."""
+    from conftest import signal_flow_definition
+
+    use_real_time(database, clock)
+    flow.publish(signal_flow_definition(timeout=3600))
+    ns = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = 'acme'"))["id"]
+    app = database.run(lambda tx: tx.one("SELECT id FROM applications WHERE name = 'app'"))["id"]
+    for i in range(count):
+        request = instances.StartRequest(f"w{i}", "flow", 1, '{"order_id":"o-%d"}' % i, 3600, f"{i:064d}")
+        instances.start_workflow(database, ns, app, 1, "t", request)
+    flow.scan(rounds=200)
+    while (claimed := tasks.claim_task(database, ns, "inventory", "w", 600, 1, "w")) is not None:
+        tasks.complete_task(database, ns, claimed.task_id, claimed.lease_token,
+                            tasks.Completion("SUCCEEDED", "{}"), frozenset({"inventory"}), 1, "w")
+    flow.scan(rounds=200)
+    assert flow.rows("SELECT COUNT(*) AS n FROM waits WHERE status = 'WAITING'")[0]["n"] == count
+
+
+def test_s2_5_one_winner_when_twenty_matching_signals_race_two_scanner_processes(flow, database, clock, config):
+    from conftest import payment
+
+    waiting_backlog(flow, database, clock, 10)
+    for i in range(10):
+        for k in range(20):  # each acceptance schedules its own WAIT checkpoint, due now
+            assert flow.send(f"w{i}", f"k{k}", payment(f"o-{i}", payload={"amount": k})).status_code == 201
+    scanners = [scanner_process(config) for _ in range(2)]
+    try:
+        wait_until(lambda: due_checkpoints(flow) == 0)
+    finally:
+        for p in scanners:
+            p.send_signal(signal.SIGTERM)
+    outputs = [p.communicate(timeout=30) for p in scanners]
+    assert all(sum(b["done"] for b in batch_lines(err)) > 0 for _, err in outputs)
+    for i in range(10):
+        rows = flow.rows("SELECT s.id, s.status, s.disposition FROM signals s JOIN instances i ON i.id = s.instance_id "
+                         "WHERE i.workflow_id = %s ORDER BY s.accepted_at, s.id", (f"w{i}",))
+        assert [r["status"] for r in rows] == ["CONSUMED"] + ["REJECTED"] * 19
+        assert {r["disposition"] for r in rows[1:]} == {"WAIT_SETTLED"}
+        winner = flow.rows("SELECT w.winner_signal_id FROM waits w JOIN instances i ON i.id = w.instance_id "
+                           "WHERE i.workflow_id = %s", (f"w{i}",))
+        assert winner == [{"winner_signal_id": rows[0]["id"]}]
+
+
+def check_consumption_is_whole(flow):
+    """S2.8: a consumed signal always comes with its wait, its settled step and the successor's task."""
+    rows = flow.rows("""
+        SELECT s.status AS signal_status, w.status AS wait_status, w.winner_signal_id = s.id AS is_winner, a.status AS step,
+               (SELECT COUNT(*) FROM step_activations n JOIN tasks t ON t.activation_id = n.id
+                 WHERE n.instance_id = s.instance_id AND n.step_key = 'ship') AS successor_tasks,
+               (SELECT COUNT(*) FROM events e WHERE e.instance_id = s.instance_id AND e.type = 'SIGNAL_CONSUMED') AS ev
+        FROM signals s JOIN waits w ON w.instance_id = s.instance_id JOIN step_activations a ON a.id = w.activation_id
+    """)
+    for row in rows:
+        if row["signal_status"] == "CONSUMED":
+            assert (row["wait_status"], row["is_winner"], row["step"], row["successor_tasks"], row["ev"]) == (
+                "SATISFIED", 1, "SUCCEEDED", 1, 1), row
+        else:
+            assert (row["signal_status"], row["wait_status"], row["step"], row["successor_tasks"], row["ev"]) == (
+                "PENDING", "WAITING", "ACTIVE", 0, 0), row
+    return sum(1 for r in rows if r["signal_status"] == "CONSUMED")
+
+
+def test_s2_8_sigkill_at_random_points_of_consumption_never_leaves_a_partial_one(flow, database, clock, config):
+    from conftest import payment
+
+    total = 640
+    waiting_backlog(flow, database, clock, total)
+    for i in range(total):
+        flow.send(f"w{i}", "k", payment(f"o-{i}"))
+    rng = random.Random(11)
+    consumed = [0]
+    while consumed[-1] < total and len(consumed) <= 60:
+        p = scanner_process(config)
+        time.sleep(rng.uniform(0.28, 0.45))
+        p.kill()  # SIGKILL, wherever the scanner is
+        p.wait()
+        consumed.append(check_consumption_is_whole(flow))
+    kills_mid_consumption = sum(1 for before, after in zip(consumed, consumed[1:]) if after < total)
+    assert kills_mid_consumption >= 20, consumed
+    p = scanner_process(config)
+    try:
+        wait_until(lambda: flow.rows("SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING'")[0]["n"] == 0)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)
+    assert check_consumption_is_whole(flow) == total

@@ -26,7 +26,7 @@ from weave.db import Database, Tx
 log = logging.getLogger("weave.scanner")
 
 BATCH_SIZE = 100
-IDLE_SECONDS = 0.5
+IDLE_SECONDS = 0.1  # idle: a look every 100 ms costs ~2 cheap queries; keeps signal-to-consumption p99 low
 
 
 @dataclass(frozen=True)

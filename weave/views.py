@@ -28,6 +28,7 @@ def _step_view(step: dict, facts: WorkflowFacts) -> dict:
         return {"key": step["key"], "type": step["type"], "activation_sequence": None,
                 "status": "NOT_STARTED", "result": None, "wait": None, "task": None}
     task = facts.tasks.get(activation["id"])
+    wait = facts.waits.get(activation["id"])
     return {
         "key": step["key"],
         "type": step["type"],
@@ -37,7 +38,11 @@ def _step_view(step: dict, facts: WorkflowFacts) -> dict:
         "review_reason": activation["review_reason"],
         "activated_at": rfc3339(activation["activated_at"]),
         "deadline_at": rfc3339(activation["deadline_at"]),
-        "wait": None,
+        "wait": None if wait is None else {
+            "status": wait["status"], "deadline_at": rfc3339(wait["deadline_at"]),
+            "correlation_key": wait["correlation"].decode("utf-8", "replace") if wait["correlation"] is not None else None,
+            "winner_signal_id": str(wait["winner_signal_id"]) if wait["winner_signal_id"] is not None else None,
+        },
         "task": None if task is None else {
             "task_id": str(task["id"]), "status": task["status"], "attempt": task["attempt"],
         },
