@@ -13,7 +13,7 @@ from datetime import datetime
 
 from sql import audit
 from weave import jsontext
-from weave.db import Tx, unit_of_work
+from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import definitions as definition_rules
 
@@ -93,7 +93,7 @@ def pinned(tx: Tx, namespace_id: int, name: str, version: int) -> Definition | N
     return _definition(tx.one(SELECT_VERSION, (namespace_id, name, version)))
 
 
-@unit_of_work
+@read_only
 def read_definition(tx: Tx, namespace_id: int, name: str, version: int) -> Definition | None:
     return pinned(tx, namespace_id, name, version)
 

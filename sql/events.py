@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from weave import jsontext
-from weave.db import Tx, unit_of_work
+from weave.db import Tx, read_only
 
 # LAST_INSERT_ID(expr) hands the new value back in the OK packet: no second round trip.
 NEXT_EVENT_SEQ = """
@@ -31,7 +31,7 @@ LIMIT %s
 SELECT_INSTANCE_ID = "SELECT id FROM instances WHERE namespace_id = %s AND workflow_id = %s"
 
 
-@unit_of_work
+@read_only
 def list_events(tx: Tx, namespace_id: int, workflow_id: str, after: int, limit: int) -> list[dict] | None:
     """Up to `limit` events with seq > `after`; None when the workflow does not exist."""
     if tx.one(SELECT_INSTANCE_ID, (namespace_id, workflow_id)) is None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sql import audit, checkpoints, definitions, events, steps, tasks
-from weave.db import Tx, unit_of_work
+from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import control as control_rules
 from weave.times import rfc3339
@@ -81,7 +81,7 @@ def read_facts(tx: Tx, namespace_id: int, workflow_id: str) -> WorkflowFacts | N
     return WorkflowFacts(instance, document, activations, tasks, waits)
 
 
-@unit_of_work
+@read_only
 def read_workflow(tx: Tx, namespace_id: int, workflow_id: str) -> WorkflowFacts | None:
     return read_facts(tx, namespace_id, workflow_id)
 

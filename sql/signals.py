@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from sql import audit, backoff, checkpoints, definitions, events, instances
 from weave import jsontext
 from weave.auth import Principal
-from weave.db import Tx, unit_of_work
+from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import definitions as definition_rules
 from weave.rules import signals as rules
@@ -74,17 +74,28 @@ SELECT_TARGET_INSTANCE = """
 SELECT id, definition_id, (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest
 FROM instances i WHERE namespace_id = %s AND workflow_id = %s
 """
+# The idempotency lookup rides along with finding the instance: one round trip, no locks (S1.3).
+SELECT_TARGET_INSTANCE_AND_KEY = """
+SELECT i.id, i.definition_id, (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest,
+       s.request_digest, s.receipt
+FROM instances i LEFT JOIN signals s ON s.instance_id = i.id AND s.idempotency_key = %s
+WHERE i.namespace_id = %s AND i.workflow_id = %s
+"""
 SELECT_BY_IDEMPOTENCY_KEY = "SELECT id, request_digest, receipt FROM signals WHERE instance_id = %s AND idempotency_key = %s"
 LOCK_QUEUES_SHARED = """
 SELECT id FROM queues WHERE namespace_id = %s AND name IN %s ORDER BY name LOCK IN SHARE MODE
 """
-COUNT_SIGNALS = "SELECT COUNT(*) AS n FROM signals WHERE instance_id = %s"
-SELECT_TARGET_ACTIVATION = """
-SELECT id, activation_sequence, status FROM step_activations
-WHERE instance_id = %s AND step_key = %s ORDER BY activation_sequence DESC LIMIT 1
+# Acceptance needs only these of the instance; the full `instances.lock` reads more than it uses.
+LOCK_INSTANCE = "SELECT id, namespace_id, workflow_id, status, deadline_at FROM instances WHERE id = %s FOR UPDATE"
+# Under the instance lock: how many signals are stored, and did a twin with our key commit first?
+COUNT_SIGNALS_AND_TWIN = """
+SELECT COUNT(*) AS n, COALESCE(MAX(idempotency_key = %s), 0) AS twin FROM signals WHERE instance_id = %s
 """
-SELECT_ACTIVATION_WAIT = """
-SELECT id, status, deadline_at, correlation, winner_signal_id FROM waits WHERE activation_id = %s
+SELECT_TARGET_ACTIVATION = """
+SELECT a.id, a.activation_sequence, a.status, w.id AS wait_id, w.status AS wait_status, w.deadline_at,
+       w.correlation, w.winner_signal_id
+FROM step_activations a LEFT JOIN waits w ON w.activation_id = a.id
+WHERE a.instance_id = %s AND a.step_key = %s ORDER BY a.activation_sequence DESC LIMIT 1
 """
 INSERT_SIGNAL = """
 INSERT INTO signals (instance_id, name, payload_version, target_step_key, target_activation_sequence, correlation,
@@ -100,14 +111,18 @@ def pinned_document(tx: Tx, instance: dict) -> dict:
     return definitions.document(tx, instance["definition_id"], instance["definition_digest"])
 
 
-def target_instance(tx: Tx, principal: Principal, workflow_id: str) -> tuple[dict, dict]:
-    """The instance (not locked) and its pinned document, after the permission checks of S1.1."""
-    instance = tx.one(SELECT_TARGET_INSTANCE, (principal.namespace_id, workflow_id))
+def _permitted(tx: Tx, principal: Principal, workflow_id: str, instance: dict | None) -> dict:
+    """The pinned document of `instance` (not locked), after the checks of S1.1."""
     if instance is None:
         raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
     document = pinned_document(tx, instance)
     principal.require_queues(definition_rules.queues_used(document))
-    return instance, document
+    return document
+
+
+def target_instance(tx: Tx, principal: Principal, workflow_id: str) -> tuple[dict, dict]:
+    instance = tx.one(SELECT_TARGET_INSTANCE, (principal.namespace_id, workflow_id))
+    return instance, _permitted(tx, principal, workflow_id, instance)
 
 
 def _replay(existing: dict, request: SignalRequest) -> Receipt:
@@ -120,28 +135,27 @@ def _replay(existing: dict, request: SignalRequest) -> Receipt:
 def _target_facts(tx: Tx, instance: dict, request: SignalRequest) -> tuple[rules.TargetFacts, dict | None]:
     """The facts for `rules.accept`, and the target activation's wait row (None without one)."""
     fields = request.fields
-    activation = tx.one(SELECT_TARGET_ACTIVATION, (instance["id"], fields["target_step_key"]))
-    wait = tx.one(SELECT_ACTIVATION_WAIT, (activation["id"],)) if activation else None
+    activation = tx.one(SELECT_TARGET_ACTIVATION, (instance["id"], fields["target_step_key"])) or {}
     return rules.TargetFacts(
         instance_status=instance["status"],
         target_sequence=fields["target_activation_sequence"],
-        current_sequence=activation["activation_sequence"] if activation else None,
-        activation_status=activation["status"] if activation else None,
-        wait_status=wait["status"] if wait else None,
-        wait_deadline=wait["deadline_at"] if wait else None,
-        wait_correlation=wait["correlation"] if wait else None,
-        wait_won_by_query=bool(wait and wait["status"] == "SATISFIED" and wait["winner_signal_id"] is None),
+        current_sequence=activation.get("activation_sequence"),
+        activation_status=activation.get("status"),
+        wait_status=activation.get("wait_status"),
+        wait_deadline=activation.get("deadline_at"),
+        wait_correlation=activation.get("correlation"),
+        wait_won_by_query=activation.get("wait_status") == "SATISFIED" and activation.get("winner_signal_id") is None,
         correlation=request.correlation,
         accepted_at=tx.now(),
-    ), wait
+    ), ({"id": activation["wait_id"]} if activation.get("wait_id") else None)
 
 
 @unit_of_work
 def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalRequest) -> Receipt:
-    unlocked, document = target_instance(tx, principal, workflow_id)
-    existing = tx.one(SELECT_BY_IDEMPOTENCY_KEY, (unlocked["id"], request.idempotency_key))
-    if existing is not None:
-        return _replay(existing, request)
+    unlocked = tx.one(SELECT_TARGET_INSTANCE_AND_KEY, (request.idempotency_key, principal.namespace_id, workflow_id))
+    document = _permitted(tx, principal, workflow_id, unlocked)
+    if unlocked["receipt"] is not None:
+        return _replay(unlocked, request)
     problems = rules.contract_problems(document["steps"], request.fields, request.payload)
     if problems:
         errors = [{"pointer": p.pointer, "message": p.message} for p in problems]
@@ -150,11 +164,11 @@ def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalR
     queues = definition_rules.queues_used(document)
     if queues:
         tx.all(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
-    instance = instances.lock(tx, unlocked["id"])
-    existing = tx.one(SELECT_BY_IDEMPOTENCY_KEY, (instance["id"], request.idempotency_key))
-    if existing is not None:
-        return _replay(existing, request)  # a concurrent twin committed first
-    if tx.one(COUNT_SIGNALS, (instance["id"],))["n"] >= SIGNALS_PER_INSTANCE:
+    instance = tx.one(LOCK_INSTANCE, (unlocked["id"],))
+    stored = tx.one(COUNT_SIGNALS_AND_TWIN, (request.idempotency_key, instance["id"]))
+    if stored["twin"]:  # a concurrent twin committed first
+        return _replay(tx.one(SELECT_BY_IDEMPOTENCY_KEY, (instance["id"], request.idempotency_key)), request)
+    if stored["n"] >= SIGNALS_PER_INSTANCE:
         raise WeaveError(Code.SIGNAL_LIMIT_REACHED, f"workflow {workflow_id!r} already holds "
                                                     f"{SIGNALS_PER_INSTANCE} signals")
     facts, wait = _target_facts(tx, instance, request)
@@ -212,7 +226,7 @@ SELECT_SIGNAL_PAGE_BY_STATUS = ("SELECT " + SIGNAL_COLUMNS + " FROM signals s WH
                                 "AND s.status = %s AND s.id > %s ORDER BY s.id LIMIT %s")
 
 
-@unit_of_work
+@read_only
 def get_signal(tx: Tx, principal: Principal, workflow_id: str, signal_id: int) -> dict:
     instance, _ = target_instance(tx, principal, workflow_id)
     row = tx.one(SELECT_SIGNAL, (instance["id"], signal_id))
@@ -221,7 +235,7 @@ def get_signal(tx: Tx, principal: Principal, workflow_id: str, signal_id: int) -
     return row
 
 
-@unit_of_work
+@read_only
 def list_signals(tx: Tx, principal: Principal, workflow_id: str, status: str | None, after: int,
                  limit: int) -> list[dict]:
     instance, _ = target_instance(tx, principal, workflow_id)

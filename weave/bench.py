@@ -45,6 +45,7 @@ class Bench:
     client_token: str
     worker_token: str
     namespace_id: int
+    server_pid: int
 
 
 @contextmanager
@@ -69,7 +70,8 @@ def running_weave(threads: int = 16):
                                   "--threads", str(threads)], env=env, stderr=subprocess.DEVNULL)
         try:
             _wait_http(port)
-            yield Bench(url, database, f"http://127.0.0.1:{port}", client_token, worker_token, namespace_id)
+            yield Bench(url, database, f"http://127.0.0.1:{port}", client_token, worker_token, namespace_id,
+                        serve.pid)
         finally:
             serve.terminate()
             serve.wait(10)
@@ -190,7 +192,6 @@ def raw_pulse_worker(bench: Bench, done: list):
         conn = connect(bench.url)
         cur = conn.cursor()
         while True:
-            conn.begin()
             cur.execute(task_sql.LOCK_QUEUE_BY_NAME, (bench.namespace_id, QUEUE))
             queue = cur.fetchone()
             cur.execute("SELECT UTC_TIMESTAMP(6) AS now")
@@ -208,7 +209,6 @@ def raw_pulse_worker(bench: Bench, done: list):
             cur.execute("INSERT INTO audit_records (namespace_id, instance_id, actor, action, at, details) "
                         "VALUES (%s, %s, 'w', 'task.claim', %s, '{}')", (bench.namespace_id, task["instance_id"], now))
             conn.commit()
-            conn.begin()
             cur.execute(task_sql.SELECT_TASK_QUEUE, (task["id"], bench.namespace_id))
             cur.execute(task_sql.LOCK_QUEUE, (queue["id"],))
             cur.execute(task_sql.LOCK_TASK, (task["id"],))
@@ -317,11 +317,184 @@ def _in_process_e2e(bench: Bench, workflows: int) -> float:
     return time.perf_counter() - started
 
 
+# ---- signal acceptance -------------------------------------------------------------------------------
+
+SIGNAL_DEFINITION = {"name": "pay", "steps": [
+    {"key": "reserve", "type": "TASK", "queue": QUEUE, "timeout_seconds": 3600},
+    {"key": "payment", "type": "SIGNAL", "timeout_seconds": 3600, "correlation": "/input/order_id",
+     "signal": {"name": "payment.settled", "payload_version": "v1",
+                "payload_schema": {"type": "object", "required": ["amount"]}}},
+]}
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def _signal_body(order: str) -> dict:
+    return {"name": "payment.settled", "payload_version": "v1", "target_step_key": "payment",
+            "target_activation_sequence": 1, "correlation_key": order, "payload": {"amount": 12.5},
+            "reason": "benchmark"}
+
+
+def _start_signal_targets(bench: Bench, prefix: str, count: int) -> list[str]:
+    client = Http(bench, bench.client_token)
+    ids = [f"{prefix}-{i}" for i in range(count)]
+    for workflow_id in ids:
+        status, _ = client.post("/workflows", {"definition": "pay", "version": 1, "input": {"order_id": "o"},
+                                               "deadline_seconds": 86400, "workflow_id": workflow_id})
+        assert status == 201, status
+    return ids
+
+
+def _http_sender(bench: Bench, targets: list[str], per_client: int, latencies: list):
+    def send(i):
+        client = Http(bench, bench.client_token)
+        for n in range(per_client):
+            workflow_id = targets[(i * per_client + n) % len(targets)]
+            client.headers["Idempotency-Key"] = f"c{i}-{n}"
+            started = time.perf_counter()
+            status, _ = client.post(f"/workflows/{workflow_id}/signals", _signal_body("o"))
+            latencies.append(time.perf_counter() - started)
+            assert status == 201, status
+    return send
+
+
+def _raw_sender(bench: Bench, targets: list[str], per_client: int, latencies: list):
+    """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal
+    (no authentication, no HTTP, no JSON parsing or schema validation)."""
+    from sql import audit as audit_sql
+    from sql import events as event_sql
+    from sql import signals as sig_sql
+    from weave import jsontext
+
+    body = _signal_body("o")
+    payload_text = jsontext.compact(body["payload"])
+
+    def send(i):
+        conn = connect(bench.url)
+        cur = conn.cursor()
+        for n in range(per_client):
+            workflow_id = targets[(i * per_client + n) % len(targets)]
+            key = f"raw-c{i}-{n}"
+            started = time.perf_counter()
+            cur.execute(sig_sql.SELECT_TARGET_INSTANCE_AND_KEY, (key, bench.namespace_id, workflow_id))
+            instance_id = cur.fetchone()["id"]
+            cur.execute(sig_sql.LOCK_QUEUES_SHARED, (bench.namespace_id, (QUEUE,)))
+            cur.execute(sig_sql.LOCK_INSTANCE, (instance_id,))
+            instance = cur.fetchone()
+            cur.execute("SELECT UTC_TIMESTAMP(6) AS now")
+            now = cur.fetchone()["now"]
+            cur.execute(sig_sql.COUNT_SIGNALS_AND_TWIN, (key, instance_id))
+            cur.execute(sig_sql.SELECT_TARGET_ACTIVATION, (instance_id, "payment"))
+            digest = jsontext.digest(body)
+            cur.execute(sig_sql.INSERT_SIGNAL, (
+                instance_id, body["name"], "v1", "payment", 1, b"o", payload_text, jsontext.sha256_text(payload_text),
+                1, body["reason"], None, "raw", 1, key, digest, "PENDING", None, now, instance["deadline_at"], now,
+                None, now))
+            signal_id = cur.lastrowid
+            cur.execute(sig_sql.FREEZE_RECEIPT, ('{"signal_id":"%d"}' % signal_id, signal_id))
+            cur.execute(event_sql.NEXT_EVENT_SEQ, (instance_id,))
+            cur.execute(event_sql.INSERT_EVENT, (instance_id, cur.lastrowid, "SIGNAL_ACCEPTED", now, "{}"))
+            cur.execute(audit_sql.INSERT_AUDIT, (bench.namespace_id, instance_id, 1, "raw", "signal.send", digest,
+                                                 now, "{}"))
+            conn.commit()
+            latencies.append(time.perf_counter() - started)
+        conn.close()
+    return send
+
+
+def bench_signals(bench: Bench, per_run: int) -> list[dict]:
+    Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)
+    results = []
+    run = 0
+    for shape in ("many instances", "one hot instance"):
+        for clients in (1, 8, 32):
+            per_client = max(1, per_run // clients)
+            rates, tails = {}, {}
+            for name, sender in (("weave", _http_sender), ("baseline", _raw_sender)):
+                run += 1
+                targets = _start_signal_targets(bench, f"s{run}", 200 if shape == "many instances" else 1)
+                latencies: list[float] = []
+                seconds = run_threads(clients, sender(bench, targets, per_client, latencies))
+                rates[name] = len(latencies) / seconds
+                tails[name] = (percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000)
+            extra = (f"   p50/p99 ms weave {tails['weave'][0]:.1f}/{tails['weave'][1]:.1f}"
+                     f" baseline {tails['baseline'][0]:.1f}/{tails['baseline'][1]:.1f}")
+            row = report(f"signals accepted, {shape}, {clients} client(s)", rates["weave"], rates["baseline"],
+                         "sig/s", extra)
+            row["p50_ms"], row["p99_ms"] = round(tails["weave"][0], 1), round(tails["weave"][1], 1)
+            results.append(row)
+    rss = _rss_kib(bench.server_pid)
+    print(f"server RSS after the signal runs: {rss / 1024:.1f} MiB", flush=True)
+    results.append({"label": "server RSS after signal load", "rss_mib": round(rss / 1024, 1)})
+    return results
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---- signal to consumption latency ----------------------------------------------------------------------
+
+def bench_latency(bench: Bench, signals: int) -> list[dict]:
+    """Acceptance to consumption with one `weave scan` running and active waits (database times)."""
+    client = Http(bench, bench.client_token)
+    client.post("/definitions", {"name": "wait", "steps": [SIGNAL_DEFINITION["steps"][1]]})
+    env = {**os.environ, "WEAVE_DATABASE_URL": bench.url.yoyo_url()}
+    scanner = subprocess.Popen([sys.executable, "-m", "weave.cli", "scan"], env=env, stderr=subprocess.DEVNULL)
+    try:
+        ids = []
+        for i in range(signals):
+            ids.append(f"lat-{i}")
+            client.post("/workflows", {"definition": "wait", "version": 1, "input": {"order_id": f"o-{i}"},
+                                       "deadline_seconds": 86400, "workflow_id": ids[-1]})
+        deadline = time.monotonic() + 60
+        while bench.database.run(lambda tx: tx.one("SELECT COUNT(*) AS n FROM waits WHERE status = 'WAITING' "
+                                                   "AND step_key = 'payment' AND instance_id IN (SELECT id FROM "
+                                                   "instances WHERE workflow_id LIKE 'lat-%%')"))["n"] < signals:
+            assert time.monotonic() < deadline, "waits did not activate"
+            time.sleep(0.1)
+        time.sleep(1)
+        cpu_before = _cpu_seconds(scanner.pid)
+        time.sleep(5)
+        idle_cpu = (_cpu_seconds(scanner.pid) - cpu_before) / 5
+        for i, workflow_id in enumerate(ids):
+            client.headers["Idempotency-Key"] = f"lat-{i}"
+            client.post(f"/workflows/{workflow_id}/signals", _signal_body(f"o-{i}"))
+            time.sleep(0.037)  # spread the sends over the scanner's sleep cycle
+        while bench.database.run(lambda tx: tx.one("SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING' "
+                                                   "AND idempotency_key LIKE 'lat-%%'"))["n"]:
+            time.sleep(0.1)
+        rows = bench.database.run(lambda tx: tx.all("SELECT TIMESTAMPDIFF(MICROSECOND, accepted_at, consumed_at) AS us"
+                                                    " FROM signals WHERE idempotency_key LIKE 'lat-%%'"))
+    finally:
+        scanner.terminate()
+        scanner.wait(10)
+    millis = [row["us"] / 1000 for row in rows]
+    p50, p99 = percentile(millis, 50), percentile(millis, 99)
+    print(f"signal accepted -> consumed ({len(millis)} signals, one scanner)   p50 {p50:.1f} ms   p99 {p99:.1f} ms   "
+          f"max {max(millis):.1f} ms   idle scanner CPU {idle_cpu * 100:.1f}% of a core", flush=True)
+    return [{"label": "signal accepted -> consumed", "p50_ms": round(p50, 1), "p99_ms": round(p99, 1),
+             "max_ms": round(max(millis), 1), "idle_scanner_cpu_percent": round(idle_cpu * 100, 2)}]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--workflows", type=int, default=300)
-    parser.add_argument("--only", choices=("pulse", "e2e"))
+    parser.add_argument("--signals", type=int, default=960, help="signals per acceptance run")
+    parser.add_argument("--latency-signals", type=int, default=200)
+    parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency"))
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     results = []
@@ -331,6 +504,10 @@ def main(argv: list[str] | None = None) -> int:
             results += bench_pulse(bench, args.tasks)
         if args.only in (None, "e2e"):
             results += bench_e2e(bench, args.workflows)
+        if args.only in (None, "signals"):
+            results += bench_signals(bench, args.signals)
+        if args.only in (None, "latency"):
+            results += bench_latency(bench, args.latency_signals)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

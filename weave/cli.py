@@ -29,9 +29,17 @@ DEV_DIR = Path(".weave")
 DEV_NAMESPACE = "demo"
 DEV_QUEUE = "default"
 DEV_APPLICATION = "demo-app"
+# The README walk-through: reserve stock (TASK), wait for the payment (SIGNAL), ship (TASK).
 DEV_DEFINITION = {
-    "name": "hello",
-    "steps": [{"key": "greet", "type": "TASK", "queue": DEV_QUEUE, "max_attempts": 3, "timeout_seconds": 300}],
+    "name": "order",
+    "steps": [
+        {"key": "reserve", "type": "TASK", "queue": DEV_QUEUE, "max_attempts": 3, "timeout_seconds": 300},
+        {"key": "payment", "type": "SIGNAL", "timeout_seconds": 3600, "correlation": "/input/order_id",
+         "signal": {"name": "payment.settled", "payload_version": "v1",
+                    "payload_schema": {"type": "object", "required": ["amount"],
+                                       "properties": {"amount": {"type": "number"}}}}},
+        {"key": "ship", "type": "TASK", "queue": DEV_QUEUE, "max_attempts": 3, "timeout_seconds": 300},
+    ],
 }
 
 
@@ -128,9 +136,10 @@ def cmd_dev(args) -> int:
         database = Database(url)
         client_token, worker_token = _dev_tenant(database)
         base = f"http://{args.host}:{args.port}"
-        start = json.dumps({"definition": "hello", "version": 1, "input": {"name": "world"}, "deadline_seconds": 3600})
+        start = json.dumps({"definition": "order", "version": 1, "workflow_id": "order-1",
+                            "input": {"order_id": "o-1"}, "deadline_seconds": 3600})
         print(f"Weave dev: {base}  (database {url.yoyo_url()})")
-        print(f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definition hello v1")
+        print(f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definition order v1 (reserve -> payment -> ship)")
         print(f"client token (all workflow scopes): {client_token}")
         print(f"worker token (tasks:work on {DEV_QUEUE}):   {worker_token}")
         print("start a workflow:")

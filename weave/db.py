@@ -46,6 +46,7 @@ CONNECTION_CODES = frozenset({SERVER_GONE, CONNECTION_LOST, CANNOT_CONNECT, 0})
 DEFAULT_MAX_ATTEMPTS = 6
 DEFAULT_POOL_SIZE = 32
 LOCK_WAIT_TIMEOUT_SECONDS = 10
+METADATA_LOCK_WAIT_SECONDS = 60
 CONNECT_TIMEOUT_SECONDS = 5
 
 
@@ -114,7 +115,7 @@ class DatabaseUrl:
         return f"mysql://{auth}@{self.host}:{self.port}/{self.database}"
 
 
-def connect(url: DatabaseUrl, database: bool = True) -> pymysql.connections.Connection:
+def connect(url: DatabaseUrl, database: bool = True, autocommit: bool = False) -> pymysql.connections.Connection:
     """A connection in Weave's session settings: UTC, READ COMMITTED, strict, FOUND_ROWS."""
     conn = pymysql.connect(
         host=url.host,
@@ -123,7 +124,7 @@ def connect(url: DatabaseUrl, database: bool = True) -> pymysql.connections.Conn
         password=url.password,
         database=url.database if database else None,
         charset="utf8mb4",
-        autocommit=False,
+        autocommit=autocommit,
         # Matched rows, not changed rows: a guarded UPDATE that sets a value to itself still counts.
         client_flag=CLIENT.FOUND_ROWS,
         cursorclass=pymysql.cursors.DictCursor,
@@ -134,6 +135,10 @@ def connect(url: DatabaseUrl, database: bool = True) -> pymysql.connections.Conn
         cur.execute("SET time_zone = '+00:00'")
         cur.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'")
         cur.execute("SET SESSION innodb_lock_wait_timeout = %s", (LOCK_WAIT_TIMEOUT_SECONDS,))
+        # Metadata locks (DDL) default to a year: fail instead of hanging behind a forgotten session.
+        cur.execute("SET SESSION lock_wait_timeout = %s", (METADATA_LOCK_WAIT_SECONDS,))
+        # Authentication reads a credential's queue grants with GROUP_CONCAT (MySQL's default cap: 1 KiB).
+        cur.execute("SET SESSION group_concat_max_len = 1048576")
     conn.commit()
     return conn
 
@@ -210,34 +215,46 @@ class Database:
         self.url = DatabaseUrl.parse(url) if isinstance(url, str) else url
         self.clock = clock or DatabaseClock()
         self.max_attempts = max_attempts
-        self._idle: queue.LifoQueue = queue.LifoQueue()
+        # Idle connections by autocommit mode: transactional units use False, read-only units True.
+        self._idle: dict[bool, queue.LifoQueue] = {False: queue.LifoQueue(), True: queue.LifoQueue()}
         self._slots = threading.BoundedSemaphore(pool_size)
         # Test seam: called with (tx, unit name) before COMMIT, to cut a transaction short.
         self.before_commit: Callable[[Tx, str], None] | None = None
 
-    def _checkout(self) -> pymysql.connections.Connection:
+    def _checkout(self, autocommit: bool) -> pymysql.connections.Connection:
         self._slots.acquire()
         try:
-            return self._idle.get_nowait()
+            return self._idle[autocommit].get_nowait()
         except queue.Empty:
             try:
-                return connect(self.url)
+                return connect(self.url, autocommit=autocommit)
             except BaseException:
                 self._slots.release()
                 raise
 
     def _checkin(self, conn, reusable: bool) -> None:
         if reusable:
-            self._idle.put(conn)
+            self._idle[conn.get_autocommit()].put(conn)
         else:
             _close_quietly(conn)
         self._slots.release()
 
     def run(self, unit: Callable[..., T], *args, **kwargs) -> T:
         """Run `unit(tx, *args, **kwargs)` as one transaction, re-running it on retryable errors."""
+        return self._retrying(unit, lambda: self._run_once(unit, args, kwargs))
+
+    def read(self, unit: Callable[..., T], *args, **kwargs) -> T:
+        """Run a unit that only reads (no locks, no writes) with each statement in autocommit mode.
+
+        Under READ COMMITTED a transaction gives every statement a fresh snapshot anyway, so the
+        reader sees exactly what it would inside one, and the COMMIT round trip is spared.
+        """
+        return self._retrying(unit, lambda: self._run_once(unit, args, kwargs, autocommit=True))
+
+    def _retrying(self, unit: Callable, once: Callable[[], T]) -> T:
         for attempt in range(1, self.max_attempts + 1):
             try:
-                return self._run_once(unit, args, kwargs)
+                return once()
             except (Retryable, DuplicateKey) as exc:
                 if attempt == self.max_attempts:
                     raise Unavailable(f"{unit.__name__} failed {attempt} times; last error: {exc}") from exc
@@ -245,20 +262,21 @@ class Database:
                 time.sleep(random.uniform(0.002, 0.01) * (2 ** attempt))
         raise AssertionError("unreachable")
 
-    def _run_once(self, unit, args, kwargs):
+    def _run_once(self, unit, args, kwargs, autocommit: bool = False):
         try:
-            conn = self._checkout()
+            conn = self._checkout(autocommit)
         except pymysql.err.MySQLError as exc:
             raise translate(exc) from exc
         reusable = False
         try:
-            conn.begin()
+            # No BEGIN round trip: with autocommit off, the first statement opens the transaction.
             with conn.cursor() as cursor:
                 tx = Tx(cursor, self.clock)
                 result = unit(tx, *args, **kwargs)
                 if self.before_commit is not None:
                     self.before_commit(tx, unit.__name__)
-            conn.commit()
+            if not autocommit:
+                conn.commit()
             reusable = True
             return result
         except pymysql.err.MySQLError as exc:
@@ -277,14 +295,15 @@ class Database:
 
     def ping(self) -> None:
         """Raise `DatabaseError` unless the database answers."""
-        self.run(_select_one)
+        self.read(_select_one)
 
     def close(self) -> None:
-        while True:
-            try:
-                _close_quietly(self._idle.get_nowait())
-            except queue.Empty:
-                return
+        for idle in self._idle.values():
+            while True:
+                try:
+                    _close_quietly(idle.get_nowait())
+                except queue.Empty:
+                    break
 
 
 def unit_of_work(fn: Callable[..., T]) -> Callable[..., T]:
@@ -298,6 +317,16 @@ def unit_of_work(fn: Callable[..., T]) -> Callable[..., T]:
         return db.run(fn, *args, **kwargs)
 
     run.once = lambda db, *args, **kwargs: db.attempt(fn, *args, **kwargs)
+    return run
+
+
+def read_only(fn: Callable[..., T]) -> Callable[..., T]:
+    """Turn `fn(tx, ...)`, which only reads without locks, into `fn(db, ...)` run by `Database.read`."""
+
+    @functools.wraps(fn)
+    def run(db: Database, *args: Any, **kwargs: Any) -> T:
+        return db.read(fn, *args, **kwargs)
+
     return run
 
 

@@ -6,6 +6,7 @@ Upgrade procedure (M4): stop old writers, apply every migration, start the new v
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import pymysql
@@ -35,14 +36,20 @@ def _identifier(name: str) -> str:
     return name
 
 
+@contextmanager
 def _backend_and_migrations(url: DatabaseUrl, directory: Path):
-    return get_backend(url.yoyo_url()), read_migrations(str(directory))
+    """yoyo's backend, closed afterwards: an idle connection left in a transaction would hold
+    metadata locks and block the next DDL (a migration, a DROP DATABASE) indefinitely."""
+    backend = get_backend(url.yoyo_url())
+    try:
+        yield backend, read_migrations(str(directory))
+    finally:
+        backend.connection.close()
 
 
 def apply(url: DatabaseUrl, directory: Path = MIGRATIONS_DIR, upto: str | None = None) -> list[str]:
     """Apply pending migrations (all, or up to and including `upto`); return their ids."""
-    backend, migrations = _backend_and_migrations(url, directory)
-    with backend.lock():
+    with _backend_and_migrations(url, directory) as (backend, migrations), backend.lock():
         todo = backend.to_apply(migrations)
         if upto is not None:
             ids = [m.id for m in migrations]
@@ -53,13 +60,12 @@ def apply(url: DatabaseUrl, directory: Path = MIGRATIONS_DIR, upto: str | None =
 
 def rollback(url: DatabaseUrl, directory: Path = MIGRATIONS_DIR) -> list[str]:
     """Roll back every applied migration, newest first; return their ids."""
-    backend, migrations = _backend_and_migrations(url, directory)
-    with backend.lock():
+    with _backend_and_migrations(url, directory) as (backend, migrations), backend.lock():
         todo = backend.to_rollback(migrations)
         backend.rollback_migrations(todo)
     return [m.id for m in todo]
 
 
 def pending(url: DatabaseUrl, directory: Path = MIGRATIONS_DIR) -> list[str]:
-    backend, migrations = _backend_and_migrations(url, directory)
-    return [m.id for m in backend.to_apply(migrations)]
+    with _backend_and_migrations(url, directory) as (backend, migrations):
+        return [m.id for m in backend.to_apply(migrations)]

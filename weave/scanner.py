@@ -82,7 +82,7 @@ class Scanner:
                 found += [Candidate(row["due_at"], source, row["id"]) for row in source.due(tx, self.batch_size)]
             return found
 
-        merged = self.database.run(list_due)
+        merged = self.database.read(list_due)
         merged.sort(key=lambda c: (c.due_at, self.sources.index(c.source), c.id))
         return merged[: self.batch_size]
 
@@ -100,7 +100,7 @@ class Scanner:
             report.done += 1
 
     def expire_leases(self, report: BatchReport) -> None:
-        for row in self.database.run(tasks.expired_lease_candidates, self.batch_size):
+        for row in self.database.read(tasks.expired_lease_candidates, self.batch_size):
             try:
                 decision = tasks.expire_lease.once(self.database, row["id"], row["queue_id"])
             except Exception as exc:  # the next batch sees it again: its lease is still expired
