@@ -25,7 +25,6 @@ CREATE TABLE IF NOT EXISTS instances (
   gate VARCHAR(8) NOT NULL COMMENT 'OPEN or CLOSED: whether new work may start (I3)',
   review_reason VARCHAR(64) NULL COMMENT 'why the instance needs review, e.g. DEADLINE_EXCEEDED',
   deadline_at DATETIME(6) NOT NULL COMMENT 'UTC total deadline',
-  last_event_seq INT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'seq of the newest events row; advanced under the instance lock',
   created_at DATETIME(6) NOT NULL COMMENT 'UTC time of start',
   updated_at DATETIME(6) NOT NULL COMMENT 'UTC time of the last change of status or gate',
   PRIMARY KEY (id),

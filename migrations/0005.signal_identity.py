@@ -41,7 +41,7 @@ SIGNAL_COLUMNS = [
     ("consumed_wait_id", "BIGINT UNSIGNED NULL COMMENT 'waits.id that took it as its winner'"),
     ("consumed_at", "DATETIME(6) NULL COMMENT 'UTC time a wait took it'"),
     ("settled_at", "DATETIME(6) NULL COMMENT 'UTC time it left PENDING'"),
-    ("receipt", "TEXT NULL COMMENT 'the frozen response body of the first acceptance, byte for byte'"),
+    ("receipt", "TEXT NULL COMMENT 'the frozen response body of the first acceptance after its signal_id member (the row key)'"),
 ]
 SIGNAL_MODIFIED = [
     ("name", "VARCHAR(128) NOT NULL COMMENT 'signal name of the contract'"),

@@ -5,20 +5,18 @@ from __future__ import annotations
 from weave import jsontext
 from weave.db import Tx, read_only
 
-# LAST_INSERT_ID(expr) hands the new value back in the OK packet: no second round trip.
-NEXT_EVENT_SEQ = """
-UPDATE instances SET last_event_seq = LAST_INSERT_ID(last_event_seq + 1) WHERE id = %s
-"""
-INSERT_EVENT = """
-INSERT INTO events (instance_id, seq, type, at, data) VALUES (%s, %s, %s, %s, %s)
+# One statement: the next seq is read from the unique index (instance_id, seq) while inserting.
+# The caller holds the instance lock, so no other transaction appends to this history meanwhile;
+# under READ COMMITTED the SELECT part is a plain consistent read that also sees our own rows.
+APPEND_EVENT = """
+INSERT INTO events (instance_id, seq, type, at, data)
+SELECT %s, COALESCE(MAX(seq), 0) + 1, %s, %s, %s FROM events WHERE instance_id = %s
 """
 
 
-def append(tx: Tx, instance_id: int, event_type: str, data: dict) -> int:
-    """Append one event; the caller holds the instance lock, so seq has no gaps or twins."""
-    seq = tx.insert(NEXT_EVENT_SEQ, (instance_id,))
-    tx.execute(INSERT_EVENT, (instance_id, seq, event_type, tx.now(), jsontext.compact(data)))
-    return seq
+def append(tx: Tx, instance_id: int, event_type: str, data: dict) -> None:
+    """Append one event to the history of the locked instance: seq has no gaps and no twins."""
+    tx.execute(APPEND_EVENT, (instance_id, event_type, tx.now(), jsontext.compact(data), instance_id))
 
 
 SELECT_EVENTS_PAGE = """

@@ -44,6 +44,17 @@ class Receipt:
     replayed: bool
 
 
+# The receipt is frozen in the row it describes, written by the same INSERT. Its first member, the
+# signal_id, is the row's own key and unknown before the INSERT, so the stored text starts after it:
+# the body is `{"signal_id":"<id>",` + the stored rest, identical on every replay.
+def _receipt_rest(fields: dict) -> str:
+    return jsontext.compact(fields)[1:]
+
+
+def _receipt_text(signal_id: int, rest: str) -> str:
+    return '{"signal_id":"%d",%s' % (signal_id, rest)
+
+
 # ---- quota ----------------------------------------------------------------------------------------
 
 COUNT_IN_WINDOW = """
@@ -77,11 +88,13 @@ FROM instances i WHERE namespace_id = %s AND workflow_id = %s
 # The idempotency lookup rides along with finding the instance: one round trip, no locks (S1.3).
 SELECT_TARGET_INSTANCE_AND_KEY = """
 SELECT i.id, i.definition_id, (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest,
-       s.request_digest, s.receipt
+       s.id AS signal_id, s.request_digest, s.receipt
 FROM instances i LEFT JOIN signals s ON s.instance_id = i.id AND s.idempotency_key = %s
 WHERE i.namespace_id = %s AND i.workflow_id = %s
 """
-SELECT_BY_IDEMPOTENCY_KEY = "SELECT id, request_digest, receipt FROM signals WHERE instance_id = %s AND idempotency_key = %s"
+SELECT_BY_IDEMPOTENCY_KEY = """
+SELECT id AS signal_id, request_digest, receipt FROM signals WHERE instance_id = %s AND idempotency_key = %s
+"""
 LOCK_QUEUES_SHARED = """
 SELECT id FROM queues WHERE namespace_id = %s AND name IN %s ORDER BY name LOCK IN SHARE MODE
 """
@@ -101,10 +114,9 @@ INSERT_SIGNAL = """
 INSERT INTO signals (instance_id, name, payload_version, target_step_key, target_activation_sequence, correlation,
                      payload, payload_sha256, payload_present, reason, evidence_ref, actor, credential_id,
                      idempotency_key, request_digest, status, disposition, accepted_at, expires_at, available_at,
-                     settled_at, created_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                     settled_at, created_at, receipt)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
-FREEZE_RECEIPT = "UPDATE signals SET receipt = %s WHERE id = %s"
 
 
 def pinned_document(tx: Tx, instance: dict) -> dict:
@@ -129,7 +141,7 @@ def _replay(existing: dict, request: SignalRequest) -> Receipt:
     if existing["request_digest"] != request.request_digest:
         raise WeaveError(Code.IDEMPOTENCY_CONFLICT,
                          f"Idempotency-Key {request.idempotency_key!r} was used for a different signal")
-    return Receipt(existing["receipt"], replayed=True)
+    return Receipt(_receipt_text(existing["signal_id"], existing["receipt"]), replayed=True)
 
 
 def _target_facts(tx: Tx, instance: dict, request: SignalRequest) -> tuple[rules.TargetFacts, dict | None]:
@@ -184,20 +196,18 @@ def _accept(tx: Tx, principal: Principal, instance: dict, request: SignalRequest
             decision: rules.Acceptance, wait: dict | None) -> Receipt:
     fields = request.fields
     payload_sha = jsontext.sha256_text(request.payload_text) if request.payload_text is not None else None
+    receipt_rest = _receipt_rest({
+        "workflow_id": instance["workflow_id"], "status": decision.status, "disposition": decision.disposition,
+        "accepted_at": rfc3339(now), "expires_at": rfc3339(instance["deadline_at"]),
+        "idempotency_key": request.idempotency_key, "request_digest": request.request_digest,
+    })
     signal_id = tx.insert(INSERT_SIGNAL, (
         instance["id"], fields["name"], fields["payload_version"], fields["target_step_key"],
         fields["target_activation_sequence"], request.correlation, request.payload_text, payload_sha,
         request.payload_text is not None, fields["reason"], fields.get("evidence_ref"), principal.actor,
         principal.credential_id, request.idempotency_key, request.request_digest, decision.status,
         decision.disposition, now, instance["deadline_at"], now,
-        now if decision.status != rules.PENDING else None, now))
-    receipt = jsontext.compact({
-        "signal_id": str(signal_id), "workflow_id": instance["workflow_id"], "status": decision.status,
-        "disposition": decision.disposition, "accepted_at": rfc3339(now),
-        "expires_at": rfc3339(instance["deadline_at"]), "idempotency_key": request.idempotency_key,
-        "request_digest": request.request_digest,
-    })
-    tx.execute(FREEZE_RECEIPT, (receipt, signal_id))
+        now if decision.status != rules.PENDING else None, now, receipt_rest))
     if decision.wakes_wait:
         checkpoints.schedule_wait(tx, instance["id"], wait["id"], now)
     data = {"signal_id": str(signal_id), "name": fields["name"], "target_step_key": fields["target_step_key"],
@@ -209,7 +219,7 @@ def _accept(tx: Tx, principal: Principal, instance: dict, request: SignalRequest
                   "instance_deadline_at": rfc3339(instance["deadline_at"])},
                  instance_id=instance["id"], credential_id=principal.credential_id,
                  request_digest=request.request_digest)
-    return Receipt(receipt, replayed=False)
+    return Receipt(_receipt_text(signal_id, receipt_rest), replayed=False)
 
 
 # ---- get and list ---------------------------------------------------------------------------------

@@ -80,9 +80,9 @@ def test_k1_two_scanner_processes_process_every_candidate_exactly_once(flow, dat
 
 def check_consistency(flow):
     """No partial transition: every fact has the facts that must come with it."""
-    for row in flow.rows("SELECT id, last_event_seq, (SELECT COUNT(*) FROM events e WHERE e.instance_id = i.id) AS n,"
+    for row in flow.rows("SELECT id, (SELECT COUNT(*) FROM events e WHERE e.instance_id = i.id) AS n,"
                          " (SELECT MAX(seq) FROM events e WHERE e.instance_id = i.id) AS top FROM instances i"):
-        assert row["n"] == row["last_event_seq"] == row["top"]
+        assert row["n"] == row["top"]  # gap-free history
     activations = flow.rows("SELECT a.id, a.step_key, a.status, (SELECT COUNT(*) FROM tasks t WHERE "
                             "t.activation_id = a.id) AS tasks, (SELECT COUNT(*) FROM events e WHERE e.instance_id = "
                             "a.instance_id AND e.type = 'STEP_ACTIVATED' AND e.data LIKE CONCAT('%%\"', a.step_key, "

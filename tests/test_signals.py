@@ -100,8 +100,10 @@ def test_s1_4_first_acceptance_writes_signal_checkpoint_event_audit_and_receipt_
     assert (receipt["status"], receipt["disposition"], receipt["idempotency_key"]) == ("PENDING", None, "k1")
     assert receipt["accepted_at"] == "2026-11-30T07:00:00.000000Z"
     assert receipt["expires_at"] == waiting.workflow("order-1")["deadline_at"]
-    (row,) = waiting.rows("SELECT receipt, request_digest, actor FROM signals")
-    assert row["receipt"] == sent.text and row["request_digest"] == receipt["request_digest"]
+    (row,) = waiting.rows("SELECT id, receipt, request_digest, actor FROM signals")
+    # Frozen in the row: the stored text is the body after its first member, the row's own key.
+    assert sent.text == '{"signal_id":"%d",' % row["id"] + row["receipt"]
+    assert row["request_digest"] == receipt["request_digest"]
     due_now = waiting.rows("SELECT kind FROM checkpoints WHERE kind = 'WAIT' AND due_at = %s", (clock.now(),))
     assert due_now == [{"kind": "WAIT"}]
     assert waiting.events("order-1")[-1] == "SIGNAL_ACCEPTED"

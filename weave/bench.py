@@ -49,7 +49,7 @@ class Bench:
 
 
 @contextmanager
-def running_weave(threads: int = 16):
+def running_weave(threads: int):
     with tempfile.TemporaryDirectory(prefix="weave-bench-") as folder, PrivateServer(Path(folder)) as server:
         url = DatabaseUrl.parse(server.url("weave_bench"))
         migrate.ensure_database(url)
@@ -392,11 +392,8 @@ def _raw_sender(bench: Bench, targets: list[str], per_client: int, latencies: li
             cur.execute(sig_sql.INSERT_SIGNAL, (
                 instance_id, body["name"], "v1", "payment", 1, b"o", payload_text, jsontext.sha256_text(payload_text),
                 1, body["reason"], None, "raw", 1, key, digest, "PENDING", None, now, instance["deadline_at"], now,
-                None, now))
-            signal_id = cur.lastrowid
-            cur.execute(sig_sql.FREEZE_RECEIPT, ('{"signal_id":"%d"}' % signal_id, signal_id))
-            cur.execute(event_sql.NEXT_EVENT_SEQ, (instance_id,))
-            cur.execute(event_sql.INSERT_EVENT, (instance_id, cur.lastrowid, "SIGNAL_ACCEPTED", now, "{}"))
+                None, now, '"workflow_id":"x"}'))
+            cur.execute(event_sql.APPEND_EVENT, (instance_id, "SIGNAL_ACCEPTED", now, "{}", instance_id))
             cur.execute(audit_sql.INSERT_AUDIT, (bench.namespace_id, instance_id, 1, "raw", "signal.send", digest,
                                                  now, "{}"))
             conn.commit()
@@ -417,14 +414,19 @@ def bench_signals(bench: Bench, per_run: int) -> list[dict]:
                 run += 1
                 targets = _start_signal_targets(bench, f"s{run}", 200 if shape == "many instances" else 1)
                 latencies: list[float] = []
+                cpu_before = _cpu_seconds(bench.server_pid)
                 seconds = run_threads(clients, sender(bench, targets, per_client, latencies))
                 rates[name] = len(latencies) / seconds
+                if name == "weave":
+                    server_cpu_ms = (_cpu_seconds(bench.server_pid) - cpu_before) * 1000 / len(latencies)
                 tails[name] = (percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000)
             extra = (f"   p50/p99 ms weave {tails['weave'][0]:.1f}/{tails['weave'][1]:.1f}"
-                     f" baseline {tails['baseline'][0]:.1f}/{tails['baseline'][1]:.1f}")
+                     f" baseline {tails['baseline'][0]:.1f}/{tails['baseline'][1]:.1f}"
+                     f"   server CPU {server_cpu_ms:.2f} ms/signal")
             row = report(f"signals accepted, {shape}, {clients} client(s)", rates["weave"], rates["baseline"],
                          "sig/s", extra)
             row["p50_ms"], row["p99_ms"] = round(tails["weave"][0], 1), round(tails["weave"][1], 1)
+            row["server_cpu_ms_per_signal"] = round(server_cpu_ms, 2)
             results.append(row)
     rss = _rss_kib(bench.server_pid)
     print(f"server RSS after the signal runs: {rss / 1024:.1f} MiB", flush=True)
@@ -496,9 +498,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-signals", type=int, default=200)
     parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency"))
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--server-threads", type=int, default=8, help="waitress threads of `weave serve`")
     args = parser.parse_args(argv)
     results = []
-    with running_weave() as bench:
+    with running_weave(args.server_threads) as bench:
         print(f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
         if args.only in (None, "pulse"):
             results += bench_pulse(bench, args.tasks)
