@@ -46,6 +46,7 @@ class Bench:
     worker_token: str
     namespace_id: int
     server_pid: int
+    database_pid: int
 
 
 @contextmanager
@@ -71,7 +72,7 @@ def running_weave(threads: int):
         try:
             _wait_http(port)
             yield Bench(url, database, f"http://127.0.0.1:{port}", client_token, worker_token, namespace_id,
-                        serve.pid)
+                        serve.pid, server.process.pid)
         finally:
             serve.terminate()
             serve.wait(10)
@@ -409,24 +410,24 @@ def bench_signals(bench: Bench, per_run: int) -> list[dict]:
     for shape in ("many instances", "one hot instance"):
         for clients in (1, 8, 32):
             per_client = max(1, per_run // clients)
-            rates, tails = {}, {}
+            rates, tails, cpu = {}, {}, {}
             for name, sender in (("weave", _http_sender), ("baseline", _raw_sender)):
                 run += 1
                 targets = _start_signal_targets(bench, f"s{run}", 200 if shape == "many instances" else 1)
                 latencies: list[float] = []
-                cpu_before = _cpu_seconds(bench.server_pid)
+                before = _cpu_split(bench)
                 seconds = run_threads(clients, sender(bench, targets, per_client, latencies))
                 rates[name] = len(latencies) / seconds
-                if name == "weave":
-                    server_cpu_ms = (_cpu_seconds(bench.server_pid) - cpu_before) * 1000 / len(latencies)
+                cpu[name] = [(after - first) * 1000 / len(latencies) for first, after in zip(before, _cpu_split(bench))]
                 tails[name] = (percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000)
             extra = (f"   p50/p99 ms weave {tails['weave'][0]:.1f}/{tails['weave'][1]:.1f}"
                      f" baseline {tails['baseline'][0]:.1f}/{tails['baseline'][1]:.1f}"
-                     f"   server CPU {server_cpu_ms:.2f} ms/signal")
+                     "   CPU ms/signal (server, load, db) weave %.2f, %.2f, %.2f baseline -, %.2f, %.2f"
+                     % (*cpu["weave"], cpu["baseline"][1], cpu["baseline"][2]))
             row = report(f"signals accepted, {shape}, {clients} client(s)", rates["weave"], rates["baseline"],
                          "sig/s", extra)
             row["p50_ms"], row["p99_ms"] = round(tails["weave"][0], 1), round(tails["weave"][1], 1)
-            row["server_cpu_ms_per_signal"] = round(server_cpu_ms, 2)
+            row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in cpu.items()}
             results.append(row)
     rss = _rss_kib(bench.server_pid)
     print(f"server RSS after the signal runs: {rss / 1024:.1f} MiB", flush=True)
@@ -439,6 +440,12 @@ def _rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+def _cpu_split(bench: Bench) -> tuple[float, float, float]:
+    """CPU seconds used so far by the API server, this load generator and the database server."""
+    usage = os.times()
+    return _cpu_seconds(bench.server_pid), usage.user + usage.system, _cpu_seconds(bench.database_pid)
 
 
 def _cpu_seconds(pid: int) -> float:

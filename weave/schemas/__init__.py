@@ -15,7 +15,6 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from weave import jsontext
 from weave.errors import Code, WeaveError
 
 MAX_REPORTED_ERRORS = 20
@@ -62,14 +61,23 @@ def validate(name: str, value: Any) -> None:
     check(_validator(name), value)
 
 
-@functools.lru_cache(maxsize=4096)
-def _compiled_payload_schema(canonical_text: str) -> Draft202012Validator:
-    return Draft202012Validator(jsontext.loads(canonical_text))
+_payload_validators: dict[str, Draft202012Validator] = {}
+_PAYLOAD_VALIDATORS_LIMIT = 4096
 
 
 def payload_validator(payload_schema: Any) -> Draft202012Validator:
-    """A compiled validator for a signal contract's payload schema, cached by its canonical text."""
-    return _compiled_payload_schema(jsontext.canonical(payload_schema))
+    """A compiled validator for a signal contract's payload schema, cached by its sorted JSON text.
+
+    The key is made with the C encoder on every signal, so it must be cheap; it is an identity for
+    the cache, not a digest (exact decimals are written by `str`).
+    """
+    key = json.dumps(payload_schema, sort_keys=True, separators=(",", ":"), default=str)
+    found = _payload_validators.get(key)
+    if found is None:
+        if len(_payload_validators) >= _PAYLOAD_VALIDATORS_LIMIT:
+            _payload_validators.clear()
+        found = _payload_validators[key] = Draft202012Validator(payload_schema)
+    return found
 
 
 def schema_problems(candidate: Any) -> str | None:
