@@ -128,37 +128,34 @@ def _run(conn, sql: str) -> None:
         cur.execute(sql)
 
 
-def _add_columns(table: str, columns):
+def _alter(conn, table: str, clauses: list[str]) -> None:
+    if clauses:
+        _run(conn, f"ALTER TABLE {table} " + ", ".join(clauses))
+
+
+def _add_missing(table: str, items, exists, add: str, drop: str):
+    """A step adding the (name, spec) items that `exists` does not find; its rollback drops those it finds."""
     def apply(conn):
-        missing = [f"ADD COLUMN {name} {spec}" for name, spec in columns if not _column_exists(conn, table, name)]
-        if missing:
-            _run(conn, f"ALTER TABLE {table} " + ", ".join(missing))
+        _alter(conn, table, [add.format(name=n, spec=s) for n, s in items if not exists(conn, table, n)])
 
     def rollback(conn):
-        present = [f"DROP COLUMN {name}" for name, _ in columns if _column_exists(conn, table, name)]
-        if present:
-            _run(conn, f"ALTER TABLE {table} " + ", ".join(present))
+        _alter(conn, table, [drop.format(name=n) for n, _ in items if exists(conn, table, n)])
     return step(apply, rollback)
+
+
+def _add_columns(table: str, columns):
+    return _add_missing(table, columns, _column_exists, "ADD COLUMN {name} {spec}", "DROP COLUMN {name}")
+
+
+def _add_indexes(table: str, indexes):
+    return _add_missing(table, indexes, _index_exists, "ADD {spec}", "DROP INDEX {name}")
 
 
 def _modify_columns(table: str, columns, previous):
     # MODIFY is idempotent: running it again changes nothing.
     def alter(specs):
-        return lambda conn: _run(conn, f"ALTER TABLE {table} " + ", ".join(f"MODIFY {n} {s}" for n, s in specs))
+        return lambda conn: _alter(conn, table, [f"MODIFY {n} {s}" for n, s in specs])
     return step(alter(columns), alter(previous))
-
-
-def _add_indexes(table: str, indexes):
-    def apply(conn):
-        missing = [f"ADD {spec}" for name, spec in indexes if not _index_exists(conn, table, name)]
-        if missing:
-            _run(conn, f"ALTER TABLE {table} " + ", ".join(missing))
-
-    def rollback(conn):
-        present = [f"DROP INDEX {name}" for name, _ in indexes if _index_exists(conn, table, name)]
-        if present:
-            _run(conn, f"ALTER TABLE {table} " + ", ".join(present))
-    return step(apply, rollback)
 
 
 def _data(sql: str, rollback_sql: str | None = None):

@@ -62,6 +62,26 @@ def server_url(tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture
+def scratch_database(server_url):
+    """A factory of extra databases on the test server, named after the test database; dropped after."""
+    made = []
+
+    def make(suffix: str) -> DatabaseUrl:
+        url = server_url.with_database(f"{server_url.database}_{suffix}")
+        made.append(url)
+        return url
+
+    yield make
+    for url in made:
+        conn = connect(url, database=False)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{url.database}`")  # our own name, not input
+        finally:
+            conn.close()
+
+
 @pytest.fixture(scope="session")
 def migrated_url(server_url) -> DatabaseUrl:
     migrate.ensure_database(server_url)

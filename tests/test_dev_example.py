@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from weave import migrate
-from weave.db import connect
 from weave.devdb import free_port
 
 pytestmark = pytest.mark.slow
@@ -42,13 +41,8 @@ def eventually(check, timeout=30):
 
 
 @pytest.fixture
-def dev_database(server_url):
-    url = server_url.with_database(server_url.database + "_dev")
-    yield url
-    conn = connect(url, database=False)
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS `{url.database}`")
-    conn.close()
+def dev_database(scratch_database):
+    return scratch_database("dev")
 
 
 def test_task_signal_task_example_runs_end_to_end_with_weave_dev_and_the_example_worker(dev_database, tmp_path):

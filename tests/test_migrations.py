@@ -10,14 +10,10 @@ YOYO_TABLES = ("_yoyo_log", "_yoyo_migration", "_yoyo_version", "yoyo_lock")
 
 
 @pytest.fixture
-def scratch_url(server_url):
-    url = server_url.with_database(server_url.database + "_scratch")
+def scratch_url(scratch_database):
+    url = scratch_database("scratch")
     migrate.ensure_database(url)
-    yield url
-    conn = connect(url, database=False)
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS `{url.database}`")
-    conn.close()
+    return url
 
 
 def _tables(url):

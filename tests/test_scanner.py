@@ -39,6 +39,19 @@ def scanner_process(config, *extra):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def run_scanners_until(config, count, condition):
+    """Run `count` scanner processes until `condition()` holds, stop them with SIGTERM, and return
+    each one's (returncode, done candidates)."""
+    scanners = [scanner_process(config) for _ in range(count)]
+    try:
+        wait_until(condition)
+    finally:
+        for p in scanners:
+            p.send_signal(signal.SIGTERM)
+    outputs = [p.communicate(timeout=30)[1] for p in scanners]
+    return [(p.returncode, sum(b["done"] for b in batch_lines(err))) for p, err in zip(scanners, outputs)]
+
+
 def batch_lines(stderr_text):
     return [json.loads(line[line.index("{"):]) for line in stderr_text.splitlines() if '"scan_batch"' in line]
 
@@ -59,15 +72,9 @@ def due_checkpoints(flow):
 def test_k1_two_scanner_processes_process_every_candidate_exactly_once(flow, database, clock, config):
     use_real_time(database, clock)
     start_backlog(flow, database, 300, task_steps("work"))
-    scanners = [scanner_process(config) for _ in range(2)]
-    try:
-        wait_until(lambda: due_checkpoints(flow) == 0)
-    finally:
-        for p in scanners:
-            p.send_signal(signal.SIGTERM)
-    outputs = [p.communicate(timeout=30) for p in scanners]
-    assert [p.returncode for p in scanners] == [0, 0]  # K3: clean stop on SIGTERM
-    done = [sum(b["done"] for b in batch_lines(err)) for _, err in outputs]
+    results = run_scanners_until(config, 2, lambda: due_checkpoints(flow) == 0)
+    assert [code for code, _ in results] == [0, 0]  # K3: clean stop on SIGTERM
+    done = [n for _, n in results]
     assert sum(done) == 300, done
     assert all(n > 0 for n in done), done  # both processes took a share
     per_instance = flow.rows("SELECT i.id, COUNT(DISTINCT a.id) AS activations, COUNT(DISTINCT t.id) AS tasks "
@@ -107,12 +114,7 @@ def run_with_kills(flow, config, kills, done):
         p.kill()  # SIGKILL: no clean-up at all
         p.wait()
         check_consistency(flow)
-    p = scanner_process(config)
-    try:
-        wait_until(done)
-    finally:
-        p.send_signal(signal.SIGTERM)
-        p.communicate(timeout=30)
+    run_scanners_until(config, 1, done)
 
 
 def test_k2_scanner_killed_with_sigkill_mid_batch_loses_nothing_and_leaves_no_partial_transition(
@@ -216,14 +218,8 @@ def test_s2_5_one_winner_when_twenty_matching_signals_race_two_scanner_processes
     for i in range(10):
         for k in range(20):  # each acceptance schedules its own WAIT checkpoint, due now
             assert flow.send(f"w{i}", f"k{k}", payment(f"o-{i}", payload={"amount": k})).status_code == 201
-    scanners = [scanner_process(config) for _ in range(2)]
-    try:
-        wait_until(lambda: due_checkpoints(flow) == 0)
-    finally:
-        for p in scanners:
-            p.send_signal(signal.SIGTERM)
-    outputs = [p.communicate(timeout=30) for p in scanners]
-    assert all(sum(b["done"] for b in batch_lines(err)) > 0 for _, err in outputs)
+    results = run_scanners_until(config, 2, lambda: due_checkpoints(flow) == 0)
+    assert all(done > 0 for _, done in results)
     for i in range(10):
         rows = flow.rows("SELECT s.id, s.status, s.disposition FROM signals s JOIN instances i ON i.id = s.instance_id "
                          "WHERE i.workflow_id = %s ORDER BY s.accepted_at, s.id", (f"w{i}",))
@@ -270,10 +266,5 @@ def test_s2_8_sigkill_at_random_points_of_consumption_never_leaves_a_partial_one
         consumed.append(check_consumption_is_whole(flow))
     kills_mid_consumption = sum(1 for before, after in zip(consumed, consumed[1:]) if after < total)
     assert kills_mid_consumption >= 20, consumed
-    p = scanner_process(config)
-    try:
-        wait_until(lambda: flow.rows("SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING'")[0]["n"] == 0)
-    finally:
-        p.send_signal(signal.SIGTERM)
-        p.communicate(timeout=30)
+    run_scanners_until(config, 1, lambda: flow.rows("SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING'")[0]["n"] == 0)
     assert check_consumption_is_whole(flow) == total

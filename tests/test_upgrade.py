@@ -15,15 +15,11 @@ DOC = ('{"name":"legacy","steps":[{"key":"payment","type":"SIGNAL","timeout_seco
 
 
 @pytest.fixture
-def old_database(server_url):
-    url = server_url.with_database(server_url.database + "_upgrade")
+def old_database(scratch_database):
+    url = scratch_database("upgrade")
     migrate.ensure_database(url)
     migrate.apply(url, upto=PREVIOUS)
-    yield url
-    conn = connect(url, database=False)
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS `{url.database}`")
-    conn.close()
+    return url
 
 
 def fill_previous_schema(url) -> dict:

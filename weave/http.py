@@ -42,6 +42,14 @@ def operation(summary: str, **kwargs: Any) -> Callable:
     return mark
 
 
+class Resource:
+    """A Falcon resource's collaborators: the database and the request body cap."""
+
+    def __init__(self, database: Database, body_limit: int = 0):
+        self.database = database
+        self.body_limit = body_limit
+
+
 class Authenticate:
     """Falcon middleware: every non-public responder runs with `req.context.principal` set."""
 

@@ -6,16 +6,12 @@ import falcon
 
 from sql import definitions
 from weave.errors import Code, WeaveError
-from weave.http import operation, read_json, send_json
+from weave.http import Resource, operation, read_json, send_json
 from weave.rules import definitions as definition_rules
 from weave.views import definition_view
 
 
-class DefinitionCollection:
-    def __init__(self, database, body_limit: int):
-        self.database = database
-        self.body_limit = body_limit
-
+class DefinitionCollection(Resource):
     @operation("Publish a definition: 201 for a new version, 200 when identical to the latest",
                scopes=("definitions:write",), request="definition", statuses=(200, 201, 401, 403, 404, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
@@ -31,10 +27,7 @@ class DefinitionCollection:
         send_json(resp, 201 if created else 200, definition_view(definition))
 
 
-class DefinitionVersion:
-    def __init__(self, database):
-        self.database = database
-
+class DefinitionVersion(Resource):
     @operation("Read a published definition version", scopes=("definitions:read", "workflows:read"),
                statuses=(200, 401, 403, 404))
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, name: str, version: int) -> None:

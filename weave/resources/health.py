@@ -5,9 +5,9 @@ from __future__ import annotations
 import falcon
 
 from weave import migrate
-from weave.db import Database, DatabaseError
+from weave.db import DatabaseError
 from weave.errors import Code, WeaveError
-from weave.http import operation, send_json
+from weave.http import Resource, operation, send_json
 
 
 class Health:
@@ -16,12 +16,10 @@ class Health:
         send_json(resp, 200, {"status": "ok"})
 
 
-class Ready:
+class Ready(Resource):
     """Ready when the database answers and no migration is pending (M4)."""
 
-    def __init__(self, database: Database):
-        self.database = database
-        self._migrated = False  # once every migration is applied, only new code can add one
+    _migrated = False  # once every migration is applied, only new code can add one
 
     @operation("Readiness: database reachable and migrations applied", public=True, statuses=(200, 503))
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:

@@ -8,7 +8,7 @@ import falcon
 
 from sql import signals
 from weave.errors import Code, WeaveError
-from weave.http import bounded_value_text, operation, query_int, read_json, send_json
+from weave.http import Resource, bounded_value_text, operation, query_int, read_json, send_json
 from weave.rules import signals as rules
 from weave.views import signal_view
 
@@ -52,11 +52,7 @@ def signal_request(key: str, body: dict) -> signals.SignalRequest:
     )
 
 
-class WorkflowSignals:
-    def __init__(self, database, body_limit: int):
-        self.database = database
-        self.body_limit = body_limit
-
+class WorkflowSignals(Resource):
     @operation("Send a signal (201 with the frozen receipt; replays answer the same bytes)",
                scopes=("workflows:signal",), request="signal",
                statuses=(201, 400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
@@ -97,10 +93,7 @@ class WorkflowSignals:
                               "next_after": str(page[-1]["id"]) if len(rows) > limit else None})
 
 
-class WorkflowSignal:
-    def __init__(self, database):
-        self.database = database
-
+class WorkflowSignal(Resource):
     @operation("Read a signal's current state", scopes=("workflows:read",), statuses=(200, 401, 403, 404))
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str,
                signal_id: str) -> None:

@@ -7,11 +7,11 @@ import time
 import falcon
 
 from sql import tasks
-from weave.errors import Code, WeaveError
-from weave.http import bounded_value_text, operation, read_json, send_json
 from weave import jsontext
-from weave.views import claimed_task_view
+from weave.errors import Code, WeaveError
+from weave.http import Resource, bounded_value_text, operation, read_json, send_json
 from weave.times import rfc3339
+from weave.views import claimed_task_view
 
 # Long-poll: look again after these pauses (the last one repeats) until wait_seconds have passed.
 # No transaction and no connection is held while waiting.
@@ -24,11 +24,7 @@ def task_id_of(raw: str) -> int:
     return int(raw)
 
 
-class QueueClaim:
-    def __init__(self, database, body_limit: int):
-        self.database = database
-        self.body_limit = body_limit
-
+class QueueClaim(Resource):
     @operation("Claim the oldest available task of a queue (200), or nothing (204); long-polls up to 20 s",
                scopes=("tasks:work",), request="claim", statuses=(200, 204, 401, 403, 404, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, queue: str) -> None:
@@ -53,11 +49,7 @@ class QueueClaim:
         send_json(resp, 200, claimed_task_view(claimed))
 
 
-class TaskHeartbeat:
-    def __init__(self, database, body_limit: int):
-        self.database = database
-        self.body_limit = body_limit
-
+class TaskHeartbeat(Resource):
     @operation("Extend a task's lease; says whether cancellation was requested", scopes=("tasks:work",),
                request="heartbeat", statuses=(200, 401, 403, 404, 409, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: str) -> None:
@@ -70,11 +62,7 @@ class TaskHeartbeat:
                                "lease_expires_at": rfc3339(beat["lease_expires_at"])})
 
 
-class TaskComplete:
-    def __init__(self, database, body_limit: int):
-        self.database = database
-        self.body_limit = body_limit
-
+class TaskComplete(Resource):
     @operation("Report a task's outcome: SUCCEEDED + result, FAILED + error, or CANCELLED",
                scopes=("tasks:work",), request="complete", statuses=(200, 401, 403, 404, 409, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: str) -> None:

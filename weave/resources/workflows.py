@@ -9,18 +9,14 @@ import falcon
 from sql import events, instances
 from weave import jsontext
 from weave.errors import Code, WeaveError
-from weave.http import bounded_value_text, operation, query_int, read_json, send_json
+from weave.http import Resource, bounded_value_text, operation, query_int, read_json, send_json
 from weave.views import event_view, workflow_view
 
 EVENTS_PAGE_DEFAULT = 100
 EVENTS_PAGE_MAX = 1000
 
 
-class WorkflowCollection:
-    def __init__(self, database, body_limit: int):
-        self.database = database
-        self.body_limit = body_limit
-
+class WorkflowCollection(Resource):
     @operation("Start a workflow (idempotent on workflow_id)", scopes=("workflows:start",),
                request="start_workflow", statuses=(200, 201, 401, 403, 404, 409, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
@@ -45,10 +41,7 @@ class WorkflowCollection:
         send_json(resp, 201 if created else 200, workflow_view(facts))
 
 
-class Workflow:
-    def __init__(self, database):
-        self.database = database
-
+class Workflow(Resource):
     @operation("Read a workflow: status, gate, steps, activations, waits, review reason",
                scopes=("workflows:read",), statuses=(200, 401, 403, 404))
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
@@ -60,10 +53,7 @@ class Workflow:
         send_json(resp, 200, workflow_view(facts))
 
 
-class WorkflowEvents:
-    def __init__(self, database):
-        self.database = database
-
+class WorkflowEvents(Resource):
     @operation("A page of a workflow's history, oldest first", scopes=("workflows:read",),
                statuses=(200, 401, 403, 404, 422),
                query=(("after", "return events with seq greater than this (default 0)"),
@@ -81,12 +71,11 @@ class WorkflowEvents:
         send_json(resp, 200, {"events": [event_view(row) for row in page], "next_after": next_after})
 
 
-class WorkflowControl:
+class WorkflowControl(Resource):
     """POST /pause, /resume, /cancel (R1)."""
 
     def __init__(self, database, body_limit: int, action: str):
-        self.database = database
-        self.body_limit = body_limit
+        super().__init__(database, body_limit)
         self.action = action
 
     @operation("Pause, resume or cancel a workflow (R1); answers the workflow", scopes=("workflows:control",),
