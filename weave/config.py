@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-DEFAULT_THREADS = 8
+DEFAULT_THREADS = 16  # long-polling workers each hold a thread while they wait
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 
