@@ -84,3 +84,37 @@ def test_every_table_is_utf8mb4(migrated_url):
         rows = [r for r in cur.fetchall() if r["t"] not in YOYO_TABLES]
     conn.close()
     assert {r["c"] for r in rows} == {"utf8mb4_bin"}
+
+
+def test_m4_readyz_refuses_while_migrations_are_pending(scratch_url):
+    import falcon.testing
+
+    from weave.app import create_app
+    from weave.config import Config
+    from weave.db import Database
+
+    migrate.apply(scratch_url, upto="0004.signals_minimal")
+    database = Database(scratch_url)
+    client = falcon.testing.TestClient(create_app(Config(scratch_url.yoyo_url()), database))
+    waiting = client.simulate_get("/readyz")
+    assert (waiting.status_code, waiting.json["code"]) == (503, "UNAVAILABLE")
+    assert "0005.signal_identity" in waiting.json["detail"] and waiting.headers["retry-after"] == "5"
+    assert client.simulate_get("/healthz").status_code == 200  # alive, just not ready
+    migrate.apply(scratch_url)
+    assert client.simulate_get("/readyz").json == {"status": "ready"}
+    database.close()
+
+
+def test_readyz_answers_503_when_the_database_is_unreachable():
+    import falcon.testing
+
+    from weave.app import create_app
+    from weave.config import Config
+    from weave.db import Database
+    from weave.devdb import free_port
+
+    url = f"mysql://root@127.0.0.1:{free_port()}/nowhere"
+    client = falcon.testing.TestClient(create_app(Config(url), Database(url, max_attempts=1)))
+    result = client.simulate_get("/readyz")
+    assert (result.status_code, result.json["code"]) == (503, "UNAVAILABLE")
+    assert client.simulate_get("/healthz").status_code == 200
