@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -268,3 +269,31 @@ def test_s2_8_sigkill_at_random_points_of_consumption_never_leaves_a_partial_one
     assert kills_mid_consumption >= 20, consumed
     run_scanners_until(config, 1, lambda: flow.rows("SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING'")[0]["n"] == 0)
     assert check_consumption_is_whole(flow) == total
+
+
+def test_k2_a_connection_cut_mid_candidate_backs_it_off_and_loses_nothing(flow, database, clock, migrated_url):
+    from weave.db import connect
+
+    flow.publish(task_steps("work"))
+    flow.start("wf-0")
+    killed = []
+
+    def cut(tx, unit):
+        if unit == "process_checkpoint" and not killed:
+            killer = connect(migrated_url)
+            with killer.cursor() as cur:
+                cur.execute("KILL CONNECTION %s", (tx.cursor.connection.thread_id(),))
+            killer.close()
+            killed.append(unit)
+
+    database.before_commit = cut
+    report = Scanner(database).run_once()
+    database.before_commit = None
+    assert (report.failed, report.done) == (1, 0)
+    (checkpoint,) = flow.rows("SELECT attempts, last_error, due_at, available_at FROM checkpoints")
+    assert checkpoint["attempts"] == 1 and checkpoint["last_error"].startswith("Retryable")
+    assert checkpoint["available_at"] == checkpoint["due_at"] + timedelta(seconds=1)
+    assert flow.rows("SELECT id FROM step_activations") == []
+    clock.advance(1)
+    flow.scan()
+    assert flow.rows("SELECT status FROM step_activations") == [{"status": "ACTIVE"}]

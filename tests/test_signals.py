@@ -437,3 +437,29 @@ def test_s1_11_explicit_null_differs_from_an_absent_payload(flow):
     assert "payload" not in flow.signal("order-9", absent.json["signal_id"]).json
     rows = flow.rows("SELECT payload, payload_present FROM signals ORDER BY id")
     assert rows == [{"payload": "null", "payload_present": 1}, {"payload": None, "payload_present": 0}]
+
+
+def test_s1_4_a_connection_cut_mid_transaction_is_rolled_back_and_the_send_retried(wf, database, migrated_url):
+    """The server kills our session just before COMMIT: nothing of that attempt stays, the unit is
+    re-run whole on a new connection, and exactly one signal results."""
+    from weave.db import connect
+
+    killed = []
+
+    def cut(tx, unit):
+        if unit == "send_signal" and not killed:
+            killer = connect(migrated_url)
+            with killer.cursor() as cur:
+                cur.execute("KILL CONNECTION %s", (tx.cursor.connection.thread_id(),))
+            killer.close()
+            killed.append(unit)
+
+    database.before_commit = cut
+    sent = wf.send("order-1", "k1", payment())
+    database.before_commit = None
+    assert killed == ["send_signal"]
+    assert sent.status_code == 201 and "idempotent-replayed" not in sent.headers
+    assert count(wf, "signals") == 1
+    assert count(wf, "audit_records", "action = 'signal.send'") == 1
+    assert wf.events("order-1").count("SIGNAL_ACCEPTED") == 1
+    assert wf.send("order-1", "k1", payment()).content == sent.content
