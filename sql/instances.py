@@ -8,6 +8,7 @@ an audit record in one transaction (I2); the checkpoint scanner activates the fi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 from datetime import timedelta
 
 from sql import audit, checkpoints, definitions, events, steps, tasks
@@ -120,6 +121,22 @@ def start_workflow(tx: Tx, namespace_id: int, application_id: int, credential_id
     return read_facts(tx, namespace_id, request.workflow_id), True
 
 
+SELECT_STEP_RESULTS = """
+SELECT step_key, result FROM step_activations WHERE instance_id = %s AND status = 'SUCCEEDED'
+ORDER BY step_index, activation_sequence
+"""
+
+
+def context(tx: Tx, instance_id: int, workflow_id: str, input_text: str, value: Callable[[str], Any]) -> dict:
+    """The instance context of D2: `{"workflow_id", "input", "steps": {key: {"result"}}}`.
+
+    `value` turns stored JSON text into what the caller needs: parsed values to resolve a pointer,
+    or `jsontext.Raw` to hand the text to a worker unchanged.
+    """
+    steps = {row["step_key"]: {"result": value(row["result"])} for row in tx.all(SELECT_STEP_RESULTS, (instance_id,))}
+    return {"workflow_id": workflow_id, "input": value(input_text), "steps": steps}
+
+
 # ---- the instance lock and instance transitions (used by the scanner and the control API) ----------
 
 # Subqueries in the select list are read, not locked (MySQL and MariaDB alike): only the instance
@@ -177,14 +194,15 @@ def control(tx: Tx, namespace_id: int, workflow_id: str, action: str, reason: st
     if target is None:
         raise WeaveError(Code.INVALID_STATE, f"cannot {action} a workflow that is {instance['status']}")
     now = tx.now()
-    if action == "cancel":
-        for activation in tx.all(SELECT_OPEN_ACTIVATIONS, (instance["id"],)):
-            locked = steps.lock_activation(tx, activation["id"])
-            steps.settle(tx, instance, locked, "CANCELLED", None, None, actor)
-            tasks.cancel_open_tasks(tx, activation["id"])
+    if action == "cancel":  # in lock order: activations, waits, signals, tasks
+        activations = [steps.lock_activation(tx, row["id"]) for row in tx.all(SELECT_OPEN_ACTIVATIONS, (instance["id"],))]
+        for activation in activations:
+            steps.settle(tx, instance, activation, "CANCELLED", None, None, actor)
         for wait in tx.all(LOCK_OPEN_WAITS, (instance["id"],)):
             tx.execute(CANCEL_WAIT, (now, wait["id"]))
         tx.execute(REJECT_PENDING_SIGNALS, (now, instance["id"]))
+        for activation in activations:
+            tasks.cancel_open_tasks(tx, activation["id"])
     set_state(tx, instance, target.status, target.gate, None, actor, {"action": action, "reason": reason})
     audit.record(tx, namespace_id, actor, f"workflow.{action}", {"workflow_id": workflow_id, "reason": reason},
                  instance_id=instance["id"], credential_id=credential_id)

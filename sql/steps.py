@@ -92,7 +92,9 @@ def activate(tx: Tx, instance: dict, step: dict, index: int, sequence: int, acto
     review_reason = None
     if step["type"] == "SIGNAL":
         try:
-            key = correlation.correlation_key(_context(tx, instance), step["correlation"])
+            context = instances.context(tx, instance["id"], instance["workflow_id"], instance["input"],
+                                        jsontext.loads)
+            key = correlation.correlation_key(context, step["correlation"])
         except correlation.Unresolved as exc:
             review_reason, data["problem"] = "CORRELATION_UNRESOLVED", str(exc)
         else:
@@ -107,19 +109,6 @@ def activate(tx: Tx, instance: dict, step: dict, index: int, sequence: int, acto
     if review_reason:
         settle(tx, instance, activation, "NEEDS_REVIEW", None, review_reason, actor)
     return activation_id
-
-
-SELECT_STEP_RESULTS = """
-SELECT step_key, result FROM step_activations WHERE instance_id = %s AND status = 'SUCCEEDED'
-ORDER BY step_index, activation_sequence
-"""
-
-
-def _context(tx: Tx, instance: dict) -> dict:
-    """The instance context of D2 as parsed JSON: workflow_id, input and the results of settled steps."""
-    steps = {row["step_key"]: {"result": jsontext.loads(row["result"])}
-             for row in tx.all(SELECT_STEP_RESULTS, (instance["id"],))}
-    return {"workflow_id": instance["workflow_id"], "input": jsontext.loads(instance["input"]), "steps": steps}
 
 
 def settle(tx: Tx, instance: dict, activation: dict, status: str, result_text: str | None,

@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sql import audit
+from sql import audit, instances
 from weave import jsontext
 from weave.db import Tx, unit_of_work
 from weave.errors import Code, WeaveError
@@ -116,13 +116,6 @@ SELECT i.workflow_id, i.input, a.step_key, a.activation_sequence
 FROM step_activations a JOIN instances i ON i.id = a.instance_id
 WHERE a.id = %s
 """
-SELECT_STEP_RESULTS = """
-SELECT step_key, result FROM step_activations
-WHERE instance_id = %s AND status = 'SUCCEEDED'
-ORDER BY step_index, activation_sequence
-"""
-
-
 @dataclass(frozen=True)
 class ClaimedTask:
     task_id: int
@@ -137,13 +130,6 @@ class ClaimedTask:
     lease_token: str
     lease_expires_at: datetime
     deadline_at: datetime
-
-
-def instance_context(tx: Tx, instance_id: int, workflow_id: str, input_text: str) -> dict:
-    """`{"workflow_id", "input", "steps": {key: {"result"}}}` (D2) with values as raw JSON text."""
-    steps = {row["step_key"]: {"result": jsontext.Raw(row["result"])}
-             for row in tx.all(SELECT_STEP_RESULTS, (instance_id,))}
-    return {"workflow_id": workflow_id, "input": jsontext.Raw(input_text), "steps": steps}
 
 
 @unit_of_work
@@ -171,7 +157,7 @@ def claim_task(tx: Tx, namespace_id: int, queue: str, worker_id: str, lease_seco
     return ClaimedTask(
         task_id=task["id"], queue=queue, workflow_id=context["workflow_id"], step_key=context["step_key"],
         activation_sequence=context["activation_sequence"], kind=task["kind"],
-        input=instance_context(tx, task["instance_id"], context["workflow_id"], context["input"]),
+        input=instances.context(tx, task["instance_id"], context["workflow_id"], context["input"], jsontext.Raw),
         attempt=task["attempt"] + 1, max_attempts=task["max_attempts"], lease_token=token,
         lease_expires_at=lease_expires_at, deadline_at=task["deadline_at"],
     )

@@ -34,6 +34,7 @@ def create(tx: Tx, instance_id: int, activation: dict, step: dict, contract: dic
     return wait_id
 
 
+SELECT_WAIT_ACTIVATION = "SELECT activation_id, status FROM waits WHERE id = %s"
 LOCK_WAIT = """
 SELECT id, instance_id, step_key, kind, name, payload_version, correlation, activation_id, activation_sequence,
        status, deadline_at, winner_signal_id
@@ -72,11 +73,13 @@ def look(tx: Tx, instance: dict, wait_id: int, actor: str) -> str:
     The caller holds the instance lock; the activation, the wait and the generation's signals are
     locked here, in that order. Everything below commits together or not at all (S2.8).
     """
-    wait = tx.one(LOCK_WAIT, (wait_id,))
-    if wait is None or wait["status"] != "WAITING":
+    found = tx.one(SELECT_WAIT_ACTIVATION, (wait_id,))
+    if found is None or found["status"] != "WAITING":
         return "SETTLED"
-    activation = steps.lock_activation(tx, wait["activation_id"])
-    wait = tx.one(LOCK_WAIT, (wait_id,))  # re-read after the activation lock, in lock order
+    activation = steps.lock_activation(tx, found["activation_id"])
+    wait = tx.one(LOCK_WAIT, (wait_id,))
+    if wait["status"] != "WAITING":
+        return "SETTLED"
     pending = tx.all(LOCK_PENDING_SIGNALS_OF_GENERATION,
                      (instance["id"], wait["step_key"], wait["activation_sequence"]))
     now = tx.now()
