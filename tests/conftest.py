@@ -137,6 +137,28 @@ def client(config, database) -> falcon.testing.TestClient:
     return falcon.testing.TestClient(create_app(config, database))
 
 
+@pytest.fixture
+def cut_connection(database, migrated_url):
+    """`cut_connection("unit")`: the server kills the session running that unit once, just before
+    its COMMIT. Returns the list that records the cut."""
+    killed: list[str] = []
+
+    def arm(unit_name: str) -> list[str]:
+        def cut(tx, unit):
+            if unit == unit_name and not killed:
+                killer = connect(migrated_url)
+                with killer.cursor() as cur:
+                    cur.execute("KILL CONNECTION %s", (tx.cursor.connection.thread_id(),))
+                killer.close()
+                killed.append(unit)
+
+        database.before_commit = cut
+        return killed
+
+    yield arm
+    database.before_commit = None
+
+
 @dataclass
 class Tenant:
     """One namespace with an application and queues, and a way to mint credentials in it."""

@@ -271,25 +271,13 @@ def test_s2_8_sigkill_at_random_points_of_consumption_never_leaves_a_partial_one
     assert check_consumption_is_whole(flow) == total
 
 
-def test_k2_a_connection_cut_mid_candidate_backs_it_off_and_loses_nothing(flow, database, clock, migrated_url):
-    from weave.db import connect
-
+def test_k2_a_connection_cut_mid_candidate_backs_it_off_and_loses_nothing(flow, database, clock, cut_connection):
     flow.publish(task_steps("work"))
     flow.start("wf-0")
-    killed = []
-
-    def cut(tx, unit):
-        if unit == "process_checkpoint" and not killed:
-            killer = connect(migrated_url)
-            with killer.cursor() as cur:
-                cur.execute("KILL CONNECTION %s", (tx.cursor.connection.thread_id(),))
-            killer.close()
-            killed.append(unit)
-
-    database.before_commit = cut
+    killed = cut_connection("process_checkpoint")
     report = Scanner(database).run_once()
     database.before_commit = None
-    assert (report.failed, report.done) == (1, 0)
+    assert killed == ["process_checkpoint"] and (report.failed, report.done) == (1, 0)
     (checkpoint,) = flow.rows("SELECT attempts, last_error, due_at, available_at FROM checkpoints")
     assert checkpoint["attempts"] == 1 and checkpoint["last_error"].startswith("Retryable")
     assert checkpoint["available_at"] == checkpoint["due_at"] + timedelta(seconds=1)

@@ -439,22 +439,10 @@ def test_s1_11_explicit_null_differs_from_an_absent_payload(flow):
     assert rows == [{"payload": "null", "payload_present": 1}, {"payload": None, "payload_present": 0}]
 
 
-def test_s1_4_a_connection_cut_mid_transaction_is_rolled_back_and_the_send_retried(wf, database, migrated_url):
+def test_s1_4_a_connection_cut_mid_transaction_is_rolled_back_and_the_send_retried(wf, database, cut_connection):
     """The server kills our session just before COMMIT: nothing of that attempt stays, the unit is
     re-run whole on a new connection, and exactly one signal results."""
-    from weave.db import connect
-
-    killed = []
-
-    def cut(tx, unit):
-        if unit == "send_signal" and not killed:
-            killer = connect(migrated_url)
-            with killer.cursor() as cur:
-                cur.execute("KILL CONNECTION %s", (tx.cursor.connection.thread_id(),))
-            killer.close()
-            killed.append(unit)
-
-    database.before_commit = cut
+    killed = cut_connection("send_signal")
     sent = wf.send("order-1", "k1", payment())
     database.before_commit = None
     assert killed == ["send_signal"]
