@@ -95,13 +95,23 @@ GARBAGE = [b"", b"null", b"[]", b"1", b'"s"', b"{}", b'{"steps": null}', b'{"nam
            b'{"definition": "order", "version": 99999999999, "input": null, "deadline_seconds": 0}']
 
 
-@pytest.mark.parametrize("path", ["/v1/namespaces/acme/definitions", "/v1/namespaces/acme/workflows"])
-def test_garbage_never_gives_500_and_stores_nothing(client, database, writer, path):
+@pytest.mark.parametrize("path", ["/v1/namespaces/acme/definitions", "/v1/namespaces/acme/workflows",
+                                  "/v1/namespaces/acme/workflows/w1/signals", "/v1/namespaces/acme/workflows/w1/pause",
+                                  "/v1/namespaces/acme/queues/inventory/claim", "/v1/namespaces/acme/tasks/1/complete",
+                                  "/v1/namespaces/acme/tasks/1/heartbeat"])
+def test_garbage_never_gives_500_and_stores_nothing(client, database, tenant, path):
+    everything = tenant.headers("definitions:write", "workflows:start", "workflows:read", "workflows:signal",
+                                "workflows:control", "tasks:work", queues=("inventory", "carrier"))
+    everything["Idempotency-Key"] = "k1"
+    client.simulate_post("/v1/namespaces/acme/definitions", json=DOC, headers=everything)
+    client.simulate_post("/v1/namespaces/acme/workflows", headers=everything, json={
+        "definition": "order", "version": 1, "input": {}, "deadline_seconds": 60, "workflow_id": "w1"})
+    before = {t: count(database, t) for t in ("definitions", "instances", "signals", "tasks", "audit_records")}
     for body in GARBAGE:
-        result = post_raw(client, path, body, writer)
+        result = post_raw(client, path, body, everything)
         assert 400 <= result.status_code < 500, (body, result.status_code, result.text)
         assert result.headers["content-type"] == "application/problem+json"
-    assert count(database, "definitions") == count(database, "instances") == 0
+    assert {t: count(database, t) for t in before} == before
 
 
 def test_waitress_cap_answers_413_before_the_app_reads(config, database, tenant):
