@@ -100,15 +100,21 @@ SELECT id FROM queues WHERE namespace_id = %s AND name IN %s ORDER BY name LOCK 
 """
 # Acceptance needs only these of the instance; the full `instances.lock` reads more than it uses.
 LOCK_INSTANCE = "SELECT id, namespace_id, workflow_id, status, deadline_at FROM instances WHERE id = %s FOR UPDATE"
-# Under the instance lock: how many signals are stored, and did a twin with our key commit first?
-COUNT_SIGNALS_AND_TWIN = """
-SELECT COUNT(*) AS n, COALESCE(MAX(idempotency_key = %s), 0) AS twin FROM signals WHERE instance_id = %s
-"""
-SELECT_TARGET_ACTIVATION = """
-SELECT a.id, a.activation_sequence, a.status, w.id AS wait_id, w.status AS wait_status, w.deadline_at,
-       w.correlation, w.winner_signal_id
-FROM step_activations a LEFT JOIN waits w ON w.activation_id = a.id
-WHERE a.instance_id = %s AND a.step_key = %s ORDER BY a.activation_sequence DESC LIMIT 1
+# Everything acceptance needs to know once the instance is locked, in one round trip: the
+# database time (read by this statement, which starts after the lock is held: I5), how many signals
+# are stored, whether a twin with our key committed first, and the target's latest activation with
+# its wait (NULLs before the first activation).
+FACTS_UNDER_LOCK = """
+SELECT UTC_TIMESTAMP(6) AS now,
+       (SELECT COUNT(*) FROM signals WHERE instance_id = %(instance)s) AS stored,
+       (SELECT COUNT(*) FROM signals WHERE instance_id = %(instance)s AND idempotency_key = %(key)s) AS twin,
+       a.activation_sequence, a.status AS activation_status, w.id AS wait_id, w.status AS wait_status,
+       w.deadline_at, w.correlation, w.winner_signal_id
+FROM (SELECT 1 AS one) AS anchor
+LEFT JOIN step_activations a ON a.id = (
+    SELECT id FROM step_activations WHERE instance_id = %(instance)s AND step_key = %(step)s
+    ORDER BY activation_sequence DESC LIMIT 1)
+LEFT JOIN waits w ON w.activation_id = a.id
 """
 INSERT_SIGNAL = """
 INSERT INTO signals (instance_id, name, payload_version, target_step_key, target_activation_sequence, correlation,
@@ -144,22 +150,19 @@ def _replay(existing: dict, request: SignalRequest) -> Receipt:
     return Receipt(_receipt_text(existing["signal_id"], existing["receipt"]), replayed=True)
 
 
-def _target_facts(tx: Tx, instance: dict, request: SignalRequest) -> tuple[rules.TargetFacts, dict | None]:
-    """The facts for `rules.accept`, and the target activation's wait row (None without one)."""
-    fields = request.fields
-    activation = tx.one(SELECT_TARGET_ACTIVATION, (instance["id"], fields["target_step_key"])) or {}
+def _target_facts(tx: Tx, instance: dict, request: SignalRequest, known: dict) -> rules.TargetFacts:
     return rules.TargetFacts(
         instance_status=instance["status"],
-        target_sequence=fields["target_activation_sequence"],
-        current_sequence=activation.get("activation_sequence"),
-        activation_status=activation.get("status"),
-        wait_status=activation.get("wait_status"),
-        wait_deadline=activation.get("deadline_at"),
-        wait_correlation=activation.get("correlation"),
-        wait_won_by_query=activation.get("wait_status") == "SATISFIED" and activation.get("winner_signal_id") is None,
+        target_sequence=request.fields["target_activation_sequence"],
+        current_sequence=known["activation_sequence"],
+        activation_status=known["activation_status"],
+        wait_status=known["wait_status"],
+        wait_deadline=known["deadline_at"],
+        wait_correlation=known["correlation"],
+        wait_won_by_query=known["wait_status"] == "SATISFIED" and known["winner_signal_id"] is None,
         correlation=request.correlation,
-        accepted_at=tx.now(),
-    ), ({"id": activation["wait_id"]} if activation.get("wait_id") else None)
+        accepted_at=tx.now_read_with(known["now"]),
+    )
 
 
 @unit_of_work
@@ -177,23 +180,24 @@ def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalR
     if queues:
         tx.all(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
     instance = tx.one(LOCK_INSTANCE, (unlocked["id"],))
-    stored = tx.one(COUNT_SIGNALS_AND_TWIN, (request.idempotency_key, instance["id"]))
-    if stored["twin"]:  # a concurrent twin committed first
+    known = tx.one(FACTS_UNDER_LOCK, {"instance": instance["id"], "key": request.idempotency_key,
+                                      "step": request.fields["target_step_key"]})
+    if known["twin"]:  # a concurrent twin committed first
         return _replay(tx.one(SELECT_BY_IDEMPOTENCY_KEY, (instance["id"], request.idempotency_key)), request)
-    if stored["n"] >= SIGNALS_PER_INSTANCE:
+    if known["stored"] >= SIGNALS_PER_INSTANCE:
         raise WeaveError(Code.SIGNAL_LIMIT_REACHED, f"workflow {workflow_id!r} already holds "
                                                     f"{SIGNALS_PER_INSTANCE} signals")
-    facts, wait = _target_facts(tx, instance, request)
+    facts = _target_facts(tx, instance, request, known)
     decision = rules.accept(facts)
     if decision.status == rules.ACTIVATION_NOT_FOUND:
         raise WeaveError(Code.ACTIVATION_NOT_FOUND,
                          f"step {request.fields['target_step_key']!r} has no activation "
                          f"{request.fields['target_activation_sequence']}")
-    return _accept(tx, principal, instance, request, facts.accepted_at, decision, wait)
+    return _accept(tx, principal, instance, request, facts.accepted_at, decision, known["wait_id"])
 
 
 def _accept(tx: Tx, principal: Principal, instance: dict, request: SignalRequest, now: datetime,
-            decision: rules.Acceptance, wait: dict | None) -> Receipt:
+            decision: rules.Acceptance, wait_id: int | None) -> Receipt:
     fields = request.fields
     payload_sha = jsontext.sha256_text(request.payload_text) if request.payload_text is not None else None
     receipt_rest = _receipt_rest({
@@ -209,7 +213,7 @@ def _accept(tx: Tx, principal: Principal, instance: dict, request: SignalRequest
         decision.disposition, now, instance["deadline_at"], now,
         now if decision.status != rules.PENDING else None, now, receipt_rest))
     if decision.wakes_wait:
-        checkpoints.schedule_wait(tx, instance["id"], wait["id"], now)
+        checkpoints.schedule_wait(tx, instance["id"], wait_id, now)
     data = {"signal_id": str(signal_id), "name": fields["name"], "target_step_key": fields["target_step_key"],
             "target_activation_sequence": fields["target_activation_sequence"], "status": decision.status,
             "disposition": decision.disposition, "actor": principal.actor}

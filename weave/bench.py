@@ -390,10 +390,8 @@ def _raw_sender(bench: Bench, targets: list[str], per_client: int, latencies: li
             cur.execute(sig_sql.LOCK_QUEUES_SHARED, (bench.namespace_id, (QUEUE,)))
             cur.execute(sig_sql.LOCK_INSTANCE, (instance_id,))
             instance = cur.fetchone()
-            cur.execute("SELECT UTC_TIMESTAMP(6) AS now")
+            cur.execute(sig_sql.FACTS_UNDER_LOCK, {"instance": instance_id, "key": key, "step": "payment"})
             now = cur.fetchone()["now"]
-            cur.execute(sig_sql.COUNT_SIGNALS_AND_TWIN, (key, instance_id))
-            cur.execute(sig_sql.SELECT_TARGET_ACTIVATION, (instance_id, "payment"))
             digest = jsontext.digest(body)
             cur.execute(sig_sql.INSERT_SIGNAL, (
                 instance_id, body["name"], "v1", "payment", 1, b"o", payload_text, jsontext.sha256_text(payload_text),

@@ -186,6 +186,14 @@ class Tx:
             self._now = self._clock.now(self.cursor)
         return self._now
 
+    def now_read_with(self, database_now: datetime) -> datetime:
+        """`now()` for a unit whose statement read `UTC_TIMESTAMP(6)` itself, after taking the
+        instance lock, to spare a round trip: the database clock adopts that value; a test clock
+        keeps its own."""
+        if self._now is None:
+            self._now = database_now if isinstance(self._clock, DatabaseClock) else self._clock.now(self.cursor)
+        return self._now
+
     def one(self, sql: str, params: tuple | dict = ()) -> dict | None:
         self.cursor.execute(sql, params)
         return self.cursor.fetchone()
