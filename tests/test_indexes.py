@@ -63,3 +63,31 @@ def test_request_path_queries_use_their_indexes(populated):
         explain(database, instances.SELECT_LATEST_ACTIVATIONS, (instance_id,)))
     assert ("tasks", "ix_tasks_activation") in keys_used(
         explain(database, instances.SELECT_ACTIVATION_TASKS, ((1, 2, 3),)))
+
+
+def test_signal_queries_use_their_indexes(populated, clock):
+    from sql import signals, waits
+
+    database = populated
+    instance_id = database.run(lambda tx: tx.one("SELECT id FROM instances WHERE workflow_id = 'w7'"))["id"]
+
+    def fill(tx):
+        rows = tx.all("SELECT id FROM instances")
+        for row in rows:
+            for n in range(6):
+                tx.execute("INSERT INTO signals (instance_id, name, payload_version, target_step_key,"
+                           " target_activation_sequence, correlation, status, accepted_at, expires_at, available_at,"
+                           " created_at, idempotency_key) VALUES (%s, 'n', 'v1', 'payment', 1, 'c', %s, %s, %s, %s, %s, %s)",
+                           (row["id"], "PENDING" if n % 3 else "REJECTED", tx.now(), tx.now(), tx.now(), tx.now(),
+                            f"k{n}"))
+        tx.execute("ANALYZE TABLE signals")
+
+    database.run(fill)
+    matching = explain(database, waits.LOCK_PENDING_SIGNALS_OF_GENERATION, (instance_id, "payment", 1))
+    # Any index led by instance_id narrows it to one instance's ≤1024 rows; which one is the planner's call.
+    assert keys_used(matching) <= {("signals", "ix_signals_matching"), ("signals", "ix_signals_instance_status"),
+                                   ("signals", "uq_signals_idempotency")}
+    expiry = explain(database, signals.DUE_EXPIRIES, (clock.now(), clock.now(), 100))
+    assert ("signals", "ix_signals_expiry") in keys_used(expiry)
+    replay = explain(database, signals.SELECT_TARGET_INSTANCE_AND_KEY, ("k1", 1, "w7"))
+    assert ("s", "uq_signals_idempotency") in keys_used(replay)
