@@ -69,7 +69,8 @@ def test_signal_queries_use_their_indexes(populated, clock):
     from sql import signals, waits
 
     database = populated
-    instance_id = database.run(lambda tx: tx.one("SELECT id FROM instances WHERE workflow_id = 'w7'"))["id"]
+    row = database.run(lambda tx: tx.one("SELECT id, namespace_id FROM instances WHERE workflow_id = 'w7'"))
+    instance_id, namespace_id = row["id"], row["namespace_id"]
 
     def fill(tx):
         rows = tx.all("SELECT id FROM instances")
@@ -89,5 +90,5 @@ def test_signal_queries_use_their_indexes(populated, clock):
                                    ("signals", "uq_signals_idempotency")}
     expiry = explain(database, signals.DUE_EXPIRIES, (clock.now(), clock.now(), 100))
     assert ("signals", "ix_signals_expiry") in keys_used(expiry)
-    replay = explain(database, signals.SELECT_TARGET_INSTANCE_AND_KEY, ("k1", 1, "w7"))
+    replay = explain(database, signals.SELECT_TARGET_INSTANCE_AND_KEY, ("k1", namespace_id, "w7"))
     assert ("s", "uq_signals_idempotency") in keys_used(replay)
