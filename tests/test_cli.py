@@ -90,3 +90,16 @@ def test_missing_database_url_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("WEAVE_DATABASE_URL", raising=False)
     with pytest.raises(SystemExit, match="WEAVE_DATABASE_URL"):
         main(["migrate"])
+
+
+def test_body_cap_comes_from_the_environment_or_the_default(monkeypatch):
+    from weave.config import DEFAULT_MAX_BODY_BYTES, max_body_bytes_from_env
+
+    monkeypatch.delenv("WEAVE_MAX_BODY_BYTES", raising=False)
+    assert max_body_bytes_from_env() == DEFAULT_MAX_BODY_BYTES == 1024 * 1024
+    monkeypatch.setenv("WEAVE_MAX_BODY_BYTES", "4096")
+    assert max_body_bytes_from_env() == 4096
+    for bad in ("0", "-1", "1e6", "lots"):
+        monkeypatch.setenv("WEAVE_MAX_BODY_BYTES", bad)
+        with pytest.raises(SystemExit, match="WEAVE_MAX_BODY_BYTES"):
+            max_body_bytes_from_env()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sql import definitions, tenancy
 from weave import auth, migrate
-from weave.config import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, DEFAULT_THREADS, Config
+from weave.config import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_THREADS, Config, max_body_bytes_from_env
 from weave.db import Database, DatabaseError, DatabaseUrl
 from weave.errors import Code, WeaveError
 from weave.scanner import IDLE_SECONDS, Scanner
@@ -93,7 +93,7 @@ def _serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes:
 
 
 def cmd_serve(args) -> int:
-    _serve(_database_url(args), args.host, args.port, args.threads, args.max_body_bytes)
+    _serve(_database_url(args), args.host, args.port, args.threads, args.max_body_bytes or max_body_bytes_from_env())
     return 0
 
 
@@ -150,7 +150,7 @@ def cmd_dev(args) -> int:
         scanner = threading.Thread(target=Scanner(Database(url)).run, args=(stop,), name="scanner", daemon=True)
         scanner.start()
         try:
-            _serve(url, args.host, args.port, args.threads, DEFAULT_MAX_BODY_BYTES)
+            _serve(url, args.host, args.port, args.threads, max_body_bytes_from_env())
         finally:
             stop.set()
             scanner.join(timeout=10)
@@ -249,8 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--port", type=int, default=DEFAULT_PORT)
         p.add_argument("--threads", type=_positive, default=DEFAULT_THREADS)
         if name == "serve":
-            p.add_argument("--max-body-bytes", type=_positive, default=DEFAULT_MAX_BODY_BYTES,
-                           help="request bodies above this get 413 before they are read")
+            p.add_argument("--max-body-bytes", type=_positive, default=None,
+                           help="request bodies above this get 413 before they are read "
+                                "(default: $WEAVE_MAX_BODY_BYTES or 1 MiB)")
         p.set_defaults(run=run)
 
     admin = commands.add_parser("admin", help="namespaces, queues, applications, credentials")

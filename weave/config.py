@@ -16,10 +16,12 @@ class Config:
     database_url: str
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
-    @classmethod
-    def from_env(cls, database_url: str | None = None, **overrides) -> "Config":
-        url = database_url or os.environ.get("WEAVE_DATABASE_URL")
-        if not url:
-            raise SystemExit("set WEAVE_DATABASE_URL=mysql://user:pass@host:port/db or pass --database-url")
-        body = int(os.environ.get("WEAVE_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
-        return cls(database_url=url, max_body_bytes=overrides.get("max_body_bytes") or body)
+
+def max_body_bytes_from_env() -> int:
+    """WEAVE_MAX_BODY_BYTES, or the default: the request body cap of `weave serve` and `weave dev`."""
+    raw = os.environ.get("WEAVE_MAX_BODY_BYTES")
+    if raw is None:
+        return DEFAULT_MAX_BODY_BYTES
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        raise SystemExit(f"WEAVE_MAX_BODY_BYTES must be a positive integer (got {raw!r})")
+    return int(raw)
