@@ -7,7 +7,6 @@ key `uq_definitions_name_version` stays as the backstop: a duplicate re-runs the
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -15,7 +14,6 @@ from sql import audit
 from weave import jsontext
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
-from weave.rules import definitions as definition_rules
 
 
 @dataclass(frozen=True)
@@ -26,18 +24,6 @@ class Definition:
     digest: str
     created_at: datetime
     document_text: str
-
-    @functools.cached_property
-    def document(self) -> dict:
-        return jsontext.loads(self.document_text)
-
-    @functools.cached_property
-    def steps(self) -> list[dict]:
-        return self.document["steps"]
-
-    @functools.cached_property
-    def queues(self) -> list[str]:
-        return definition_rules.queues_used(self.document)
 
 
 LOCK_NAMESPACE = "SELECT id FROM namespaces WHERE id = %s FOR UPDATE"

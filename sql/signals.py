@@ -125,22 +125,21 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 
 """
 
 
-def pinned_document(tx: Tx, instance: dict) -> dict:
-    return definitions.document(tx, instance["definition_id"], instance["definition_digest"])
-
-
-def _permitted(tx: Tx, principal: Principal, workflow_id: str, instance: dict | None) -> dict:
-    """The pinned document of `instance` (not locked), after the checks of S1.1."""
+def _permitted(tx: Tx, principal: Principal, workflow_id: str, instance: dict | None) -> tuple[dict, list[str]]:
+    """The pinned document of `instance` (not locked) and its queues, after the checks of S1.1."""
     if instance is None:
         raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
-    document = pinned_document(tx, instance)
-    principal.require_queues(definition_rules.queues_used(document))
-    return document
+    document = definitions.document(tx, instance["definition_id"], instance["definition_digest"])
+    queues = definition_rules.queues_used(document)
+    principal.require_queues(queues)
+    return document, queues
 
 
-def target_instance(tx: Tx, principal: Principal, workflow_id: str) -> tuple[dict, dict]:
+def target_instance(tx: Tx, principal: Principal, workflow_id: str) -> dict:
+    """The instance (not locked) that `principal` may read signals of."""
     instance = tx.one(SELECT_TARGET_INSTANCE, (principal.namespace_id, workflow_id))
-    return instance, _permitted(tx, principal, workflow_id, instance)
+    _permitted(tx, principal, workflow_id, instance)
+    return instance
 
 
 def _replay(existing: dict, request: SignalRequest) -> Receipt:
@@ -168,7 +167,7 @@ def _target_facts(tx: Tx, instance: dict, request: SignalRequest, known: dict) -
 @unit_of_work
 def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalRequest) -> Receipt:
     unlocked = tx.one(SELECT_TARGET_INSTANCE_AND_KEY, (request.idempotency_key, principal.namespace_id, workflow_id))
-    document = _permitted(tx, principal, workflow_id, unlocked)
+    document, queues = _permitted(tx, principal, workflow_id, unlocked)
     if unlocked["receipt"] is not None:
         return _replay(unlocked, request)
     problems = rules.contract_problems(document["steps"], request.fields, request.payload)
@@ -176,7 +175,6 @@ def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalR
         errors = [{"pointer": p.pointer, "message": p.message} for p in problems]
         raise WeaveError(Code.CONTRACT_MISMATCH, f"{errors[0]['pointer']}: {errors[0]['message']}", errors)
 
-    queues = definition_rules.queues_used(document)
     if queues:
         tx.all(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
     instance = tx.one(LOCK_INSTANCE, (unlocked["id"],))
@@ -242,7 +240,7 @@ SELECT_SIGNAL_PAGE_BY_STATUS = ("SELECT " + SIGNAL_COLUMNS + " FROM signals s WH
 
 @read_only
 def get_signal(tx: Tx, principal: Principal, workflow_id: str, signal_id: int) -> dict:
-    instance, _ = target_instance(tx, principal, workflow_id)
+    instance = target_instance(tx, principal, workflow_id)
     row = tx.one(SELECT_SIGNAL, (instance["id"], signal_id))
     if row is None:
         raise WeaveError(Code.SIGNAL_NOT_FOUND, f"signal {signal_id} does not exist in workflow {workflow_id!r}")
@@ -252,7 +250,7 @@ def get_signal(tx: Tx, principal: Principal, workflow_id: str, signal_id: int) -
 @read_only
 def list_signals(tx: Tx, principal: Principal, workflow_id: str, status: str | None, after: int,
                  limit: int) -> list[dict]:
-    instance, _ = target_instance(tx, principal, workflow_id)
+    instance = target_instance(tx, principal, workflow_id)
     if status is None:
         return tx.all(SELECT_SIGNAL_PAGE, (instance["id"], after, limit))
     return tx.all(SELECT_SIGNAL_PAGE_BY_STATUS, (instance["id"], status, after, limit))

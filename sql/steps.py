@@ -55,7 +55,7 @@ def advance(tx: Tx, instance: dict, actor: str = SCANNER) -> str:
     latest = latest_activations(tx, instance["id"])
     where = progress.frontier([s["key"] for s in steps], {k: a["status"] for k, a in latest.items()})
     if where.move == progress.FINISHED:
-        if instance["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        if instance["status"] not in gate.TERMINAL:
             instances.set_state(tx, instance, "SUCCEEDED", "CLOSED", None, actor)
         return where.move
     if where.move == progress.BUSY:
@@ -121,7 +121,7 @@ def settle(tx: Tx, instance: dict, activation: dict, status: str, result_text: s
     events.append(tx, instance["id"], f"STEP_{status}", data)
     audit.record(tx, instance["namespace_id"], actor, "step.settle", {**data, "status": status},
                  instance_id=instance["id"])
-    if status == "NEEDS_REVIEW" and instance["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+    if status == "NEEDS_REVIEW" and instance["status"] not in gate.TERMINAL:
         instances.set_state(tx, instance, "NEEDS_REVIEW", gate.CLOSED, review_reason, actor,
                             {"step": activation["step_key"]})
 

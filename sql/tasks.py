@@ -20,7 +20,6 @@ from weave.db import Tx, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import pulse
 
-FINAL_STATUSES = ("SUCCEEDED", "FAILED", "CANCELLED", "UNKNOWN")
 
 
 class PermitInvariantBroken(RuntimeError):

@@ -289,8 +289,9 @@ class Database:
             return result
         except pymysql.err.MySQLError as exc:
             # 1205 leaves the transaction open: always roll back before anything else.
-            reusable = _rollback_quietly(conn) and not isinstance(translate(exc), Retryable)
-            raise translate(exc) from exc
+            error = translate(exc)
+            reusable = _rollback_quietly(conn) and not isinstance(error, Retryable)
+            raise error from exc
         except BaseException:
             reusable = _rollback_quietly(conn)
             raise

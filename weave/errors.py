@@ -66,11 +66,6 @@ class WeaveError(Exception):
         self.headers = headers or {}
 
 
-def field_error(code: Code, pointer: str, message: str) -> WeaveError:
-    """An error about one place of the request body."""
-    return WeaveError(code, f"{pointer or '/'}: {message}", [{"pointer": pointer, "message": message}])
-
-
 def problem(code: Code, detail: str, errors: list[dict] | None = None) -> dict:
     return {
         "type": f"urn:weave:problem:{code.name}",

@@ -7,6 +7,7 @@ from datetime import datetime
 
 OPEN = "OPEN"
 CLOSED = "CLOSED"
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")  # instance statuses nothing ever leaves
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ SETTLED = "SETTLED"  # terminal instance: nothing more will ever start
 
 
 def new_work(facts: GateFacts) -> str:
-    if facts.status in ("SUCCEEDED", "FAILED", "CANCELLED"):
+    if facts.status in TERMINAL:
         return SETTLED
     if facts.status != "RUNNING" or facts.gate != OPEN or facts.application_status != "ACTIVE":
         return HOLD

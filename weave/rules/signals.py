@@ -8,10 +8,10 @@ from datetime import datetime
 from typing import Any
 
 from weave import jsontext, schemas
+from weave.rules import gate
 from weave.rules.definitions import CONTRACT_FIELDS
 
 ABSENT = object()  # a signal without a `payload` member (different from an explicit null)
-TERMINAL_INSTANCE = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def accept(facts: TargetFacts) -> Acceptance:
     newest_possible = max(facts.current_sequence or 0, 1)
     if facts.target_sequence > newest_possible:
         return Acceptance(ACTIVATION_NOT_FOUND)
-    if facts.instance_status in TERMINAL_INSTANCE:
+    if facts.instance_status in gate.TERMINAL:
         return Acceptance(REJECTED, "INSTANCE_SETTLED")
     if facts.current_sequence is None:
         return Acceptance(PENDING)  # early (S2.1): the step has not started yet
