@@ -108,6 +108,13 @@ def send_json(resp: falcon.Response, status: int, body: Any) -> None:
     resp.text = jsontext.compact(body)
 
 
+def row_id(raw: str, not_found: Code, what: str) -> int:
+    """An id from the URL path (a decimal BIGINT); anything else names nothing, so it is not found."""
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19):
+        raise WeaveError(not_found, f"{what} {raw!r} does not exist")
+    return int(raw)
+
+
 def query_int(req: falcon.Request, name: str, default: int, minimum: int, maximum: int) -> int:
     raw = req.get_param(name)
     if raw is None or raw == "":

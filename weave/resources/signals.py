@@ -8,7 +8,7 @@ import falcon
 
 from sql import signals
 from weave.errors import Code, WeaveError
-from weave.http import Resource, bounded_value_text, operation, query_int, read_json, send_json
+from weave.http import Resource, bounded_value_text, operation, query_int, read_json, row_id, send_json
 from weave.rules import signals as rules
 from weave.views import signal_view
 
@@ -25,12 +25,6 @@ def _idempotency_key(req: falcon.Request) -> str:
         raise WeaveError(Code.VALIDATION_FAILED, "header Idempotency-Key is required: 1-128 printable ASCII characters",
                          [{"pointer": "header:Idempotency-Key", "message": "1-128 printable ASCII characters"}])
     return key
-
-
-def _signal_id(raw: str) -> int:
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19):
-        raise WeaveError(Code.SIGNAL_NOT_FOUND, f"signal {raw!r} does not exist")
-    return int(raw)
 
 
 def signal_request(key: str, body: dict) -> signals.SignalRequest:
@@ -99,5 +93,5 @@ class WorkflowSignal(Resource):
                signal_id: str) -> None:
         principal = req.context.principal
         principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:read")
-        row = signals.get_signal(self.database, principal, workflow_id, _signal_id(signal_id))
+        row = signals.get_signal(self.database, principal, workflow_id, row_id(signal_id, Code.SIGNAL_NOT_FOUND, "signal"))
         send_json(resp, 200, signal_view(row, workflow_id))

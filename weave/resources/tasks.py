@@ -8,20 +8,14 @@ import falcon
 
 from sql import tasks
 from weave import jsontext
-from weave.errors import Code, WeaveError
-from weave.http import Resource, bounded_value_text, operation, read_json, send_json
+from weave.errors import Code
+from weave.http import Resource, bounded_value_text, operation, read_json, row_id, send_json
 from weave.times import rfc3339
 from weave.views import claimed_task_view
 
 # Long-poll: look again after these pauses (the last one repeats) until wait_seconds have passed.
 # No transaction and no connection is held while waiting.
 LONG_POLL_PAUSES = (0.05, 0.1, 0.2, 0.25)
-
-
-def task_id_of(raw: str) -> int:
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19):
-        raise WeaveError(Code.TASK_NOT_FOUND, f"task {raw!r} does not exist")
-    return int(raw)
 
 
 class QueueClaim(Resource):
@@ -56,7 +50,7 @@ class TaskHeartbeat(Resource):
         principal = req.context.principal
         principal.require(namespace, Code.TASK_NOT_FOUND, "tasks:work")
         body = read_json(req, "heartbeat", self.body_limit)
-        beat = tasks.heartbeat(self.database, principal.namespace_id, task_id_of(task_id), body["lease_token"],
+        beat = tasks.heartbeat(self.database, principal.namespace_id, row_id(task_id, Code.TASK_NOT_FOUND, "task"), body["lease_token"],
                                body.get("lease_seconds", 60), principal.queues)
         send_json(resp, 200, {"cancel_requested": beat["cancel_requested"],
                                "lease_expires_at": rfc3339(beat["lease_expires_at"])})
@@ -76,6 +70,6 @@ class TaskComplete(Resource):
             error_text=jsontext.compact(error) if error is not None else None,
             retryable=bool(error and error["retryable"]),
         )
-        done = tasks.complete_task(self.database, principal.namespace_id, task_id_of(task_id), body["lease_token"],
+        done = tasks.complete_task(self.database, principal.namespace_id, row_id(task_id, Code.TASK_NOT_FOUND, "task"), body["lease_token"],
                                    completion, principal.queues, principal.credential_id, principal.actor)
         send_json(resp, 200, done)
