@@ -6,6 +6,7 @@ API request. Admin actions are audited as `system:admin`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from sql import audit
@@ -138,32 +139,67 @@ def revoke_credential(tx: Tx, namespace: str, credential_id: int) -> dict:
     return {"credential_id": str(credential_id), "revoked": True}
 
 
-# One round trip per request: the grants come along as a space-separated list (queue names have
-# no spaces; the connection raises group_concat_max_len far above any grant list).
-SELECT_PRINCIPAL = """
-SELECT c.id, c.token_sha256, c.namespace_id, n.name AS namespace, c.application_id,
-       a.status AS application_status, a.signals_per_minute, c.actor, c.scopes, c.expires_at, c.revoked_at,
+# A credential's identity (namespace, application, actor, scopes, queue grants) is fixed when it
+# is created; only revocation, expiry and its application's status and quota change afterwards. So
+# every request reads just those, by the token's hash, and a process keeps identities it has seen.
+# The lookup is by the SHA-256 of a 256-bit secret (unique key): a timing difference in the index
+# compare could at most reveal a prefix of a hash, which does not help to find a token.
+SELECT_CURRENT_CREDENTIAL = """
+SELECT c.id, c.expires_at, a.status AS application_status, a.signals_per_minute
+FROM credentials c JOIN applications a ON a.id = c.application_id
+WHERE c.token_sha256 = %s AND c.revoked_at IS NULL
+"""
+# The grants come along as a space-separated list (queue names have no spaces; the connection
+# raises group_concat_max_len far above any grant list).
+SELECT_IDENTITY = """
+SELECT c.id AS credential_id, c.namespace_id, n.name AS namespace, c.application_id, c.actor, c.scopes,
        (SELECT GROUP_CONCAT(q.name SEPARATOR ' ') FROM credential_queue_grants g JOIN queues q ON q.id = g.queue_id
          WHERE g.credential_id = c.id) AS queues
-FROM credentials c
-JOIN namespaces n ON n.id = c.namespace_id
-JOIN applications a ON a.id = c.application_id
-WHERE c.token_sha256 = %s
+FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
+WHERE c.id = %s
 """
+
+
+@dataclass(frozen=True)
+class _Identity:
+    credential_id: int
+    namespace_id: int
+    namespace: str
+    application_id: int
+    actor: str
+    scopes: frozenset[str]
+    queues: frozenset[str]
+
+
+_identities: dict[bytes, _Identity] = {}  # by token hash
+_IDENTITIES_LIMIT = 10_000
+
+
+def _identity(tx: Tx, presented_sha256: bytes, credential_id: int) -> _Identity:
+    found = _identities.get(presented_sha256)
+    if found is None or found.credential_id != credential_id:  # a restored database may renumber
+        row = tx.one(SELECT_IDENTITY, (credential_id,))
+        found = _Identity(
+            credential_id=credential_id, namespace_id=row["namespace_id"], namespace=row["namespace"],
+            application_id=row["application_id"], actor=row["actor"], scopes=frozenset(row["scopes"].split()),
+            queues=frozenset((row["queues"] or "").split()),
+        )
+        if len(_identities) >= _IDENTITIES_LIMIT:
+            _identities.clear()
+        _identities[presented_sha256] = found
+    return found
 
 
 @read_only
 def authenticate(tx: Tx, presented_sha256: bytes) -> auth.Principal | None:
     """The principal of a current credential, or None (unknown, revoked or expired)."""
-    row = tx.one(SELECT_PRINCIPAL, (presented_sha256,))
-    if row is None or not auth.hashes_match(row["token_sha256"], presented_sha256):
+    row = tx.one(SELECT_CURRENT_CREDENTIAL, (presented_sha256,))
+    if row is None or (row["expires_at"] is not None and row["expires_at"] <= tx.now()):
         return None
-    if row["revoked_at"] is not None or (row["expires_at"] is not None and row["expires_at"] <= tx.now()):
-        return None
-    queues = frozenset((row["queues"] or "").split())
+    identity = _identity(tx, presented_sha256, row["id"])
     return auth.Principal(
-        credential_id=row["id"], namespace_id=row["namespace_id"], namespace=row["namespace"],
-        application_id=row["application_id"], application_status=row["application_status"],
-        signals_per_minute=row["signals_per_minute"],
-        actor=row["actor"], scopes=frozenset(row["scopes"].split()), queues=queues,
+        credential_id=identity.credential_id, namespace_id=identity.namespace_id, namespace=identity.namespace,
+        application_id=identity.application_id, application_status=row["application_status"],
+        signals_per_minute=row["signals_per_minute"], actor=identity.actor, scopes=identity.scopes,
+        queues=identity.queues,
     )

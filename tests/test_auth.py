@@ -104,3 +104,17 @@ def test_public_endpoints_need_no_token(client):
     assert client.simulate_get("/healthz").status_code == 200
     assert client.simulate_get("/readyz").status_code == 200
     assert client.simulate_get("/v1/openapi.json").status_code == 200
+
+
+def test_identity_is_cached_but_status_quota_and_revocation_are_read_on_every_request(database, tenant):
+    token = tenant.token("workflows:signal", queues=())
+    first = tenancy.authenticate(database, auth.token_hash(token))
+    assert first.application_status == "ACTIVE" and first.signals_per_minute is None
+    database.run(lambda tx: tx.execute("UPDATE applications SET signals_per_minute = 7"))
+    tenancy.set_application_status(database, "acme", "app", "DISABLED")
+    second = tenancy.authenticate(database, auth.token_hash(token))
+    assert (second.application_status, second.signals_per_minute) == ("DISABLED", 7)
+    assert (second.credential_id, second.namespace, second.actor, second.scopes) == (
+        first.credential_id, first.namespace, first.actor, first.scopes)
+    tenancy.revoke_credential(database, "acme", first.credential_id)
+    assert tenancy.authenticate(database, auth.token_hash(token)) is None

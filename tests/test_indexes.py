@@ -51,8 +51,10 @@ def test_request_path_queries_use_their_indexes(populated):
 
     token_sha256 = database.run(lambda tx: tx.one("SELECT token_sha256 FROM credentials LIMIT 1"))["token_sha256"]
     # A unique-key lookup is resolved while planning ("const"): EXPLAIN then names the key.
-    plan = explain(database, tenancy.SELECT_PRINCIPAL, (token_sha256,))
+    plan = explain(database, tenancy.SELECT_CURRENT_CREDENTIAL, (token_sha256,))
     assert ("c", "uq_credentials_token") in keys_used(plan)
+    credential_id = database.run(lambda tx: tx.one("SELECT id FROM credentials LIMIT 1"))["id"]
+    assert ("c", "PRIMARY") in keys_used(explain(database, tenancy.SELECT_IDENTITY, (credential_id,)))
     assert ("i", "uq_instances_workflow") in keys_used(explain(database, instances.SELECT_INSTANCE, (ns, "w7")))
     assert ("definitions", "uq_definitions_name_version") in keys_used(
         explain(database, definitions.SELECT_LATEST, (ns, "order")))

@@ -1,14 +1,13 @@
 """Bearer tokens, principals and permission checks.
 
-A token is `wv_` + 43 URL-safe characters (256 random bits). Only its SHA-256 is stored; the
-lookup goes by hash and the found hash is compared again in constant time. A principal is what a
+A token is `wv_` + 43 URL-safe characters (256 random bits). Only its SHA-256 is stored and the
+lookup goes by that hash (`sql.tenancy.authenticate`). A principal is what a
 valid, current credential says: namespace, application, actor, scopes and queue grants.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 from dataclasses import dataclass
 
@@ -30,10 +29,6 @@ def new_token() -> str:
 
 def token_hash(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8")).digest()
-
-
-def hashes_match(stored: bytes, presented: bytes) -> bool:
-    return hmac.compare_digest(stored, presented)
 
 
 @dataclass(frozen=True)
