@@ -141,13 +141,21 @@ class Http:
 
 # ---- measuring --------------------------------------------------------------------------------------
 
-def run_threads(count: int, target) -> float:
-    """Run `target(i)` in `count` threads; seconds from the common start to the last finish."""
+def run_threads(count: int, target, prepare=None, at_start=None) -> float:
+    """Run `target(i)` in `count` threads; seconds from the common start to the last finish.
+
+    `prepare(i)` (connecting, warming up) runs in each thread before the common start, untimed;
+    `at_start()` runs once at the common start (to read counters).
+    """
     barrier = threading.Barrier(count + 1)
     errors: list[BaseException] = []
 
     def body(i):
-        barrier.wait()
+        try:
+            if prepare is not None:
+                prepare(i)
+        finally:
+            barrier.wait()
         try:
             target(i)
         except BaseException as exc:  # reported after the run
@@ -157,6 +165,8 @@ def run_threads(count: int, target) -> float:
     for t in threads:
         t.start()
     barrier.wait()
+    if at_start is not None:
+        at_start()
     started = time.perf_counter()
     for t in threads:
         t.join()
@@ -382,20 +392,32 @@ def _start_signal_targets(bench: Bench, prefix: str, count: int) -> list[str]:
     return ids
 
 
-def _http_sender(bench: Bench, targets: list[str], per_client: int, latencies: list):
+WARM_UP_SIGNALS = 10  # per client, to one separate instance: connections and caches exist before timing
+HOT_INSTANCE_SIGNALS = 960  # one instance holds at most 1024 signals (S1.6)
+
+
+def _http_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list):
+    clients: dict[int, Http] = {}
+
+    def send_one(client: Http, workflow_id: str, key: str) -> float:
+        client.headers["Idempotency-Key"] = key
+        started = time.perf_counter()
+        status, _ = client.post(f"/workflows/{workflow_id}/signals", _signal_body("o"))
+        assert status == 201, status
+        return time.perf_counter() - started
+
+    def prepare(i):
+        clients[i] = Http(bench, bench.client_token)
+        for n in range(WARM_UP_SIGNALS):
+            send_one(clients[i], warm_up, f"warm-c{i}-{n}")
+
     def send(i):
-        client = Http(bench, bench.client_token)
         for n in range(per_client):
-            workflow_id = targets[(i * per_client + n) % len(targets)]
-            client.headers["Idempotency-Key"] = f"c{i}-{n}"
-            started = time.perf_counter()
-            status, _ = client.post(f"/workflows/{workflow_id}/signals", _signal_body("o"))
-            latencies.append(time.perf_counter() - started)
-            assert status == 201, status
-    return send
+            latencies.append(send_one(clients[i], targets[(i * per_client + n) % len(targets)], f"c{i}-{n}"))
+    return prepare, send
 
 
-def _raw_sender(bench: Bench, targets: list[str], per_client: int, latencies: list):
+def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list):
     """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal
     (no authentication, no HTTP, no JSON parsing or schema validation)."""
     from sql import audit as audit_sql
@@ -405,49 +427,60 @@ def _raw_sender(bench: Bench, targets: list[str], per_client: int, latencies: li
 
     body = _signal_body("o")
     payload_text = jsontext.compact(body["payload"])
+    connections: dict[int, object] = {}
+
+    def send_one(cur, workflow_id: str, key: str) -> float:
+        started = time.perf_counter()
+        cur.execute(sig_sql.SELECT_TARGET_INSTANCE_AND_KEY, (key, bench.namespace_id, workflow_id))
+        instance_id = cur.fetchone()["id"]
+        cur.execute(sig_sql.LOCK_QUEUES_SHARED, (bench.namespace_id, (QUEUE,)))
+        cur.execute(sig_sql.LOCK_INSTANCE, (instance_id,))
+        instance = cur.fetchone()
+        cur.execute(sig_sql.FACTS_UNDER_LOCK, {"instance": instance_id, "key": key, "step": "payment"})
+        now = cur.fetchone()["now"]
+        digest = jsontext.digest(body)
+        cur.execute(sig_sql.INSERT_SIGNAL, (
+            instance_id, body["name"], "v1", "payment", 1, b"o", payload_text, jsontext.sha256_text(payload_text),
+            1, body["reason"], None, "raw", 1, key, digest, "PENDING", None, now, instance["deadline_at"], now,
+            None, now, '"workflow_id":"x"}'))
+        cur.execute(event_sql.APPEND_EVENT, (instance_id, "SIGNAL_ACCEPTED", now, "{}", instance_id))
+        cur.execute(audit_sql.INSERT_AUDIT, (bench.namespace_id, instance_id, 1, "raw", "signal.send", digest,
+                                             now, "{}"))
+        cur.connection.commit()
+        return time.perf_counter() - started
+
+    def prepare(i):
+        connections[i] = connect(bench.url)
+        for n in range(WARM_UP_SIGNALS):
+            send_one(connections[i].cursor(), warm_up, f"raw-warm-c{i}-{n}")
 
     def send(i):
-        conn = connect(bench.url)
-        cur = conn.cursor()
+        cur = connections[i].cursor()
         for n in range(per_client):
-            workflow_id = targets[(i * per_client + n) % len(targets)]
-            key = f"raw-c{i}-{n}"
-            started = time.perf_counter()
-            cur.execute(sig_sql.SELECT_TARGET_INSTANCE_AND_KEY, (key, bench.namespace_id, workflow_id))
-            instance_id = cur.fetchone()["id"]
-            cur.execute(sig_sql.LOCK_QUEUES_SHARED, (bench.namespace_id, (QUEUE,)))
-            cur.execute(sig_sql.LOCK_INSTANCE, (instance_id,))
-            instance = cur.fetchone()
-            cur.execute(sig_sql.FACTS_UNDER_LOCK, {"instance": instance_id, "key": key, "step": "payment"})
-            now = cur.fetchone()["now"]
-            digest = jsontext.digest(body)
-            cur.execute(sig_sql.INSERT_SIGNAL, (
-                instance_id, body["name"], "v1", "payment", 1, b"o", payload_text, jsontext.sha256_text(payload_text),
-                1, body["reason"], None, "raw", 1, key, digest, "PENDING", None, now, instance["deadline_at"], now,
-                None, now, '"workflow_id":"x"}'))
-            cur.execute(event_sql.APPEND_EVENT, (instance_id, "SIGNAL_ACCEPTED", now, "{}", instance_id))
-            cur.execute(audit_sql.INSERT_AUDIT, (bench.namespace_id, instance_id, 1, "raw", "signal.send", digest,
-                                                 now, "{}"))
-            conn.commit()
-            latencies.append(time.perf_counter() - started)
-        conn.close()
-    return send
+            latencies.append(send_one(cur, targets[(i * per_client + n) % len(targets)], f"raw-c{i}-{n}"))
+        connections[i].close()
+    return prepare, send
 
 
 def bench_signals(bench: Bench, per_run: int) -> list[dict]:
+    """Each run: clients connect and send a few untimed signals to a separate instance, then the
+    timed signals go round-robin over 200 instances, or all to one instance (at most 960 there)."""
     Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)
     results = []
     run = 0
     for shape in ("many instances", "one hot instance"):
         for clients in (1, 8, 32):
-            per_client = max(1, per_run // clients)
+            signals = per_run if shape == "many instances" else min(per_run, HOT_INSTANCE_SIGNALS)
+            per_client = max(1, signals // clients)
             rates, tails, cpu = {}, {}, {}
             for name, sender in (("weave", _http_sender), ("baseline", _raw_sender)):
                 run += 1
                 targets = _start_signal_targets(bench, f"s{run}", 200 if shape == "many instances" else 1)
+                warm_up = _start_signal_targets(bench, f"warm{run}", 1)[0]
                 latencies: list[float] = []
-                before = _cpu_split(bench)
-                seconds = run_threads(clients, sender(bench, targets, per_client, latencies))
+                prepare, send = sender(bench, targets, warm_up, per_client, latencies)
+                before: list[float] = []
+                seconds = run_threads(clients, send, prepare, at_start=lambda: before.extend(_cpu_split(bench)))
                 rates[name] = len(latencies) / seconds
                 cpu[name] = [(after - first) * 1000 / len(latencies) for first, after in zip(before, _cpu_split(bench))]
                 tails[name] = (percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000)
@@ -532,7 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--workflows", type=int, default=300)
-    parser.add_argument("--signals", type=int, default=960, help="signals per acceptance run")
+    parser.add_argument("--signals", type=int, default=3000,
+                        help=f"signals per acceptance run (one hot instance: at most {HOT_INSTANCE_SIGNALS})")
     parser.add_argument("--latency-signals", type=int, default=200)
     parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency"))
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -541,7 +575,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = []
     with running_weave(args.server_threads) as bench:
-        print(f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
+        print(f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, "
+              f"weave serve --threads {args.server_threads}", flush=True)
         if args.only in (None, "pulse"):
             results += bench_pulse(bench, args.tasks)
         if args.only in (None, "e2e"):
