@@ -418,19 +418,23 @@ def _http_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int
 
 
 def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list):
-    """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal
-    (no authentication, no HTTP, no JSON parsing or schema validation)."""
+    """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal,
+    writing the same rows with the same contents (receipt, event data, audit details); without
+    authentication, HTTP, JSON parsing, schema validation or the contract check."""
     from sql import audit as audit_sql
     from sql import events as event_sql
     from sql import signals as sig_sql
     from weave import jsontext
+    from weave.times import rfc3339
 
     body = _signal_body("o")
+    fields = {k: v for k, v in body.items() if k != "payload"}
     payload_text = jsontext.compact(body["payload"])
     connections: dict[int, object] = {}
 
     def send_one(cur, workflow_id: str, key: str) -> float:
         started = time.perf_counter()
+        digest = jsontext.digest(body)
         cur.execute(sig_sql.SELECT_TARGET_INSTANCE_AND_KEY, (key, bench.namespace_id, workflow_id))
         instance_id = cur.fetchone()["id"]
         cur.execute(sig_sql.LOCK_QUEUES_SHARED, (bench.namespace_id, (QUEUE,)))
@@ -438,14 +442,20 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
         instance = cur.fetchone()
         cur.execute(sig_sql.FACTS_UNDER_LOCK, {"instance": instance_id, "key": key, "step": "payment"})
         now = cur.fetchone()["now"]
-        digest = jsontext.digest(body)
+        receipt_rest = jsontext.compact({
+            "workflow_id": workflow_id, "status": "PENDING", "disposition": None, "accepted_at": rfc3339(now),
+            "expires_at": rfc3339(instance["deadline_at"]), "idempotency_key": key, "request_digest": digest})[1:]
         cur.execute(sig_sql.INSERT_SIGNAL, (
             instance_id, body["name"], "v1", "payment", 1, b"o", payload_text, jsontext.sha256_text(payload_text),
             1, body["reason"], None, "raw", 1, key, digest, "PENDING", None, now, instance["deadline_at"], now,
-            None, now, '"workflow_id":"x"}'))
-        cur.execute(event_sql.APPEND_EVENT, (instance_id, "SIGNAL_ACCEPTED", now, "{}", instance_id))
+            None, now, receipt_rest))
+        data = {"signal_id": str(cur.lastrowid), "name": fields["name"], "target_step_key": "payment",
+                "target_activation_sequence": 1, "status": "PENDING", "disposition": None, "actor": "raw"}
+        cur.execute(event_sql.APPEND_EVENT, (instance_id, "SIGNAL_ACCEPTED", now, jsontext.compact(data), instance_id))
+        details = {**data, "idempotency_key": key, "accepted_at": rfc3339(now),
+                   "instance_deadline_at": rfc3339(instance["deadline_at"])}
         cur.execute(audit_sql.INSERT_AUDIT, (bench.namespace_id, instance_id, 1, "raw", "signal.send", digest,
-                                             now, "{}"))
+                                             now, jsontext.compact(details)))
         cur.connection.commit()
         return time.perf_counter() - started
 

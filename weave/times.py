@@ -6,5 +6,6 @@ from datetime import datetime
 
 
 def rfc3339(moment: datetime | None) -> str | None:
-    """Database times are naive UTC `DATETIME(6)` values."""
-    return None if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """Database times are naive UTC `DATETIME(6)` values (`isoformat` is several times faster than
+    `strftime`, and this runs a few times per request)."""
+    return None if moment is None else moment.isoformat(timespec="microseconds") + "Z"
