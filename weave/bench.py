@@ -22,6 +22,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 
 from sql import instances as instance_sql
@@ -175,8 +176,10 @@ def run_threads(count: int, target, prepare=None, at_start=None) -> float:
     return time.perf_counter() - started
 
 
-def report(label: str, weave_rate: float, baseline_rate: float, unit: str, extra: str = "") -> dict:
-    ratio = weave_rate / baseline_rate if baseline_rate else float("nan")
+def report(label: str, weave_rate: float, baseline_rate: float, unit: str, extra: str = "",
+           ratio: float | None = None) -> dict:
+    if ratio is None:
+        ratio = weave_rate / baseline_rate if baseline_rate else float("nan")
     print(f"{label:<44} weave {weave_rate:8.1f} {unit}   baseline {baseline_rate:8.1f} {unit}   "
           f"ratio {ratio:4.2f}{extra}", flush=True)
     return {"label": label, "weave": round(weave_rate, 1), "baseline": round(baseline_rate, 1),
@@ -472,9 +475,25 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
     return prepare, send
 
 
-def bench_signals(bench: Bench, per_run: int) -> list[dict]:
+def _signal_run(bench: Bench, sender, targets: int, clients: int, per_client: int, run: str) -> tuple:
+    """One timed run: (signals per second, latencies, CPU ms per signal of server, load, database)."""
+    targets = _start_signal_targets(bench, f"s{run}", targets)
+    warm_up = _start_signal_targets(bench, f"warm{run}", 1)[0]
+    latencies: list[float] = []
+    prepare, send = sender(bench, targets, warm_up, per_client, latencies)
+    before: list[float] = []
+    seconds = run_threads(clients, send, prepare, at_start=lambda: before.extend(_cpu_split(bench)))
+    cpu = [(after - first) * 1000 / len(latencies) for first, after in zip(before, _cpu_split(bench))]
+    return len(latencies) / seconds, latencies, cpu
+
+
+def bench_signals(bench: Bench, per_run: int, repeat: int) -> list[dict]:
     """Each run: clients connect and send a few untimed signals to a separate instance, then the
-    timed signals go round-robin over 200 instances, or all to one instance (at most 960 there)."""
+    timed signals go round-robin over 200 instances, or all to one instance (at most 960 there).
+
+    Weave and the baseline run `repeat` times in alternation; rates are medians, the ratio is the
+    median of the ratios of adjacent runs (they share the machine's conditions of the moment).
+    """
     Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)
     results = []
     run = 0
@@ -482,26 +501,31 @@ def bench_signals(bench: Bench, per_run: int) -> list[dict]:
         for clients in (1, 8, 32):
             signals = per_run if shape == "many instances" else min(per_run, HOT_INSTANCE_SIGNALS)
             per_client = max(1, signals // clients)
-            rates, tails, cpu = {}, {}, {}
-            for name, sender in (("weave", _http_sender), ("baseline", _raw_sender)):
-                run += 1
-                targets = _start_signal_targets(bench, f"s{run}", 200 if shape == "many instances" else 1)
-                warm_up = _start_signal_targets(bench, f"warm{run}", 1)[0]
-                latencies: list[float] = []
-                prepare, send = sender(bench, targets, warm_up, per_client, latencies)
-                before: list[float] = []
-                seconds = run_threads(clients, send, prepare, at_start=lambda: before.extend(_cpu_split(bench)))
-                rates[name] = len(latencies) / seconds
-                cpu[name] = [(after - first) * 1000 / len(latencies) for first, after in zip(before, _cpu_split(bench))]
-                tails[name] = (percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000)
+            rates: dict[str, list[float]] = {"weave": [], "baseline": []}
+            latencies: dict[str, list[float]] = {"weave": [], "baseline": []}
+            cpu: dict[str, list[list[float]]] = {"weave": [], "baseline": []}
+            for _ in range(repeat):
+                for name, sender in (("weave", _http_sender), ("baseline", _raw_sender)):
+                    run += 1
+                    rate, times, split = _signal_run(bench, sender, 200 if shape == "many instances" else 1,
+                                                     clients, per_client, str(run))
+                    rates[name].append(rate)
+                    latencies[name] += times
+                    cpu[name].append(split)
+            ratios = [w / b for w, b in zip(rates["weave"], rates["baseline"])]
+            tails = {name: (percentile(times, 50) * 1000, percentile(times, 99) * 1000)
+                     for name, times in latencies.items()}
+            mean_cpu = {name: [sum(column) / len(column) for column in zip(*splits)] for name, splits in cpu.items()}
             extra = (f"   p50/p99 ms weave {tails['weave'][0]:.1f}/{tails['weave'][1]:.1f}"
                      f" baseline {tails['baseline'][0]:.1f}/{tails['baseline'][1]:.1f}"
                      "   CPU ms/signal (server, load, db) weave %.2f, %.2f, %.2f baseline -, %.2f, %.2f"
-                     % (*cpu["weave"], cpu["baseline"][1], cpu["baseline"][2]))
-            row = report(f"signals accepted, {shape}, {clients} client(s)", rates["weave"], rates["baseline"],
-                         "sig/s", extra)
+                     % (*mean_cpu["weave"], mean_cpu["baseline"][1], mean_cpu["baseline"][2])
+                     + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else ""))
+            row = report(f"signals accepted, {shape}, {clients} client(s)", median(rates["weave"]),
+                         median(rates["baseline"]), "sig/s", extra, ratio=median(ratios))
+            row["run_ratios"] = [round(r, 3) for r in ratios]
             row["p50_ms"], row["p99_ms"] = round(tails["weave"][0], 1), round(tails["weave"][1], 1)
-            row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in cpu.items()}
+            row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in mean_cpu.items()}
             results.append(row)
     rss = _rss_kib(bench.server_pid)
     print(f"server RSS after the signal runs: {rss / 1024:.1f} MiB", flush=True)
@@ -577,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workflows", type=int, default=300)
     parser.add_argument("--signals", type=int, default=3000,
                         help=f"signals per acceptance run (one hot instance: at most {HOT_INSTANCE_SIGNALS})")
+    parser.add_argument("--repeat", type=int, default=3, help="alternating weave/baseline runs per signal figure")
     parser.add_argument("--latency-signals", type=int, default=200)
     parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency"))
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -592,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "e2e"):
             results += bench_e2e(bench, args.workflows)
         if args.only in (None, "signals"):
-            results += bench_signals(bench, args.signals)
+            results += bench_signals(bench, args.signals, args.repeat)
         if args.only in (None, "latency"):
             results += bench_latency(bench, args.latency_signals)
     if args.json:

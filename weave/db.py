@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import queue
 import random
 import threading
 import time
@@ -224,25 +223,28 @@ class Database:
         self.clock = clock or DatabaseClock()
         self.max_attempts = max_attempts
         # Idle connections by autocommit mode: transactional units use False, read-only units True.
-        self._idle: dict[bool, queue.LifoQueue] = {False: queue.LifoQueue(), True: queue.LifoQueue()}
+        self._idle: dict[bool, list] = {False: [], True: []}  # most recently used last
+        self._idle_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(pool_size)
         # Test seam: called with (tx, unit name) before COMMIT, to cut a transaction short.
         self.before_commit: Callable[[Tx, str], None] | None = None
 
     def _checkout(self, autocommit: bool) -> pymysql.connections.Connection:
         self._slots.acquire()
+        with self._idle_lock:
+            idle = self._idle[autocommit]
+            if idle:
+                return idle.pop()
         try:
-            return self._idle[autocommit].get_nowait()
-        except queue.Empty:
-            try:
-                return connect(self.url, autocommit=autocommit)
-            except BaseException:
-                self._slots.release()
-                raise
+            return connect(self.url, autocommit=autocommit)
+        except BaseException:
+            self._slots.release()
+            raise
 
     def _checkin(self, conn, reusable: bool) -> None:
         if reusable:
-            self._idle[conn.get_autocommit()].put(conn)
+            with self._idle_lock:
+                self._idle[conn.get_autocommit()].append(conn)
         else:
             _close_quietly(conn)
         self._slots.release()
@@ -307,12 +309,12 @@ class Database:
         self.read(_select_one)
 
     def close(self) -> None:
-        for idle in self._idle.values():
-            while True:
-                try:
-                    _close_quietly(idle.get_nowait())
-                except queue.Empty:
-                    break
+        with self._idle_lock:
+            idle = [conn for connections in self._idle.values() for conn in connections]
+            for connections in self._idle.values():
+                connections.clear()
+        for conn in idle:
+            _close_quietly(conn)
 
 
 def unit_of_work(fn: Callable[..., T]) -> Callable[..., T]:
