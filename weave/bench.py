@@ -247,7 +247,7 @@ def raw_pulse_worker(bench: Bench, done: list):
             cur.execute(task_sql.START_TASK, (token, now, f"w{i}", task["id"]))
             cur.execute(task_sql.TAKE_PERMIT, (queue["id"],))
             cur.execute(task_sql.SELECT_TASK_CONTEXT, (task["activation_id"],))
-            cur.execute(task_sql.SELECT_STEP_RESULTS, (task["instance_id"],))
+            cur.execute(instance_sql.SELECT_STEP_RESULTS, (task["instance_id"],))
             cur.execute("INSERT INTO audit_records (namespace_id, instance_id, actor, action, at, details) "
                         "VALUES (%s, %s, 'w', 'task.claim', %s, '{}')", (bench.namespace_id, task["instance_id"], now))
             conn.commit()
@@ -487,9 +487,9 @@ def _signal_run(bench: Bench, sender, targets: int, clients: int, per_client: in
     return len(latencies) / seconds, latencies, cpu
 
 
-def bench_signals(bench: Bench, per_run: int, repeat: int) -> list[dict]:
+def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200) -> list[dict]:
     """Each run: clients connect and send a few untimed signals to a separate instance, then the
-    timed signals go round-robin over 200 instances, or all to one instance (at most 960 there).
+    timed signals go round-robin over `instances` instances, or all to one (at most 960 there).
 
     Weave and the baseline run `repeat` times in alternation; rates are medians, the ratio is the
     median of the ratios of adjacent runs (they share the machine's conditions of the moment).
@@ -507,7 +507,7 @@ def bench_signals(bench: Bench, per_run: int, repeat: int) -> list[dict]:
             for _ in range(repeat):
                 for name, sender in (("weave", _http_sender), ("baseline", _raw_sender)):
                     run += 1
-                    rate, times, split = _signal_run(bench, sender, 200 if shape == "many instances" else 1,
+                    rate, times, split = _signal_run(bench, sender, instances if shape == "many instances" else 1,
                                                      clients, per_client, str(run))
                     rates[name].append(rate)
                     latencies[name] += times
@@ -553,7 +553,7 @@ def _cpu_seconds(pid: int) -> float:
 
 # ---- signal to consumption latency ----------------------------------------------------------------------
 
-def bench_latency(bench: Bench, signals: int) -> list[dict]:
+def bench_latency(bench: Bench, signals: int, idle_window: float = 5.0) -> list[dict]:
     """Acceptance to consumption with one `weave scan` running and active waits (database times)."""
     client = Http(bench, bench.client_token)
     client.post("/definitions", {"name": "wait", "steps": [SIGNAL_DEFINITION["steps"][1]]})
@@ -573,8 +573,8 @@ def bench_latency(bench: Bench, signals: int) -> list[dict]:
             time.sleep(0.1)
         time.sleep(1)
         cpu_before = _cpu_seconds(scanner.pid)
-        time.sleep(5)
-        idle_cpu = (_cpu_seconds(scanner.pid) - cpu_before) / 5
+        time.sleep(idle_window)
+        idle_cpu = (_cpu_seconds(scanner.pid) - cpu_before) / idle_window
         for i, workflow_id in enumerate(ids):
             client.headers["Idempotency-Key"] = f"lat-{i}"
             client.post(f"/workflows/{workflow_id}/signals", _signal_body(f"o-{i}"))
