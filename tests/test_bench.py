@@ -4,7 +4,11 @@ The benchmark reuses the SQL constants of the units it mirrors; this catches a b
 longer matches them. Figures are not asserted: speed is measured by `scripts/bench`, not by tests.
 """
 
+import pytest
+
 from weave import bench
+
+pytestmark = pytest.mark.slow
 
 
 def test_every_bench_section_runs_on_tiny_sizes():

@@ -52,7 +52,7 @@ class Bench:
 
 
 @contextmanager
-def running_weave(threads: int):
+def running_weave(threads: int, processes: int = 1):
     with tempfile.TemporaryDirectory(prefix="weave-bench-") as folder, PrivateServer(Path(folder)) as server:
         url = DatabaseUrl.parse(server.url("weave_bench"))
         migrate.ensure_database(url)
@@ -70,7 +70,8 @@ def running_weave(threads: int):
         port = free_port()
         env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
         serve = subprocess.Popen([sys.executable, "-m", "weave.cli", "serve", "--port", str(port),
-                                  "--threads", str(threads)], env=env, stderr=subprocess.DEVNULL)
+                                  "--threads", str(threads), "--processes", str(processes)], env=env,
+                                 stderr=subprocess.DEVNULL)
         try:
             _wait_http(port)
             yield Bench(url, database, f"http://127.0.0.1:{port}", client_token, worker_token, namespace_id,
@@ -533,17 +534,26 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
     return results
 
 
+def _with_workers(pid: int) -> list[int]:
+    """`pid` and its child processes (the workers of `weave serve --processes N`)."""
+    return [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+
+
 def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+    total = 0
+    for each in _with_workers(pid):
+        for line in Path(f"/proc/{each}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total
 
 
 def _cpu_split(bench: Bench) -> tuple[float, float, float]:
-    """CPU seconds used so far by the API server, this load generator and the database server."""
+    """CPU seconds used so far by the API server (all its processes), this load generator and the
+    database server."""
     usage = os.times()
-    return _cpu_seconds(bench.server_pid), usage.user + usage.system, _cpu_seconds(bench.database_pid)
+    server = sum(_cpu_seconds(pid) for pid in _with_workers(bench.server_pid))
+    return server, usage.user + usage.system, _cpu_seconds(bench.database_pid)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -606,12 +616,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency"))
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--server-threads", type=int, default=16,
-                        help="waitress threads of `weave serve` (long-polling workers each hold one)")
+                        help="waitress threads per `weave serve` process (long-polling workers each hold one)")
+    parser.add_argument("--server-processes", type=int, default=os.cpu_count(),
+                        help="`weave serve --processes` (default: one per core)")
     args = parser.parse_args(argv)
     results = []
-    with running_weave(args.server_threads) as bench:
-        print(f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, "
-              f"weave serve --threads {args.server_threads}", flush=True)
+    with running_weave(args.server_threads, args.server_processes) as bench:
+        print(f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, weave serve "
+              f"--processes {args.server_processes} --threads {args.server_threads}", flush=True)
         if args.only in (None, "pulse"):
             results += bench_pulse(bench, args.tasks)
         if args.only in (None, "e2e"):

@@ -18,8 +18,8 @@ import threading
 from pathlib import Path
 
 from sql import definitions, tenancy
-from weave import auth, migrate
-from weave.config import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_THREADS, Config, max_body_bytes_from_env
+from weave import auth, migrate, server
+from weave.config import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_THREADS, max_body_bytes_from_env
 from weave.db import Database, DatabaseError, DatabaseUrl
 from weave.errors import Code, WeaveError
 from weave.scanner import IDLE_SECONDS, Scanner
@@ -82,18 +82,9 @@ def cmd_migrate(args) -> int:
     return 0
 
 
-def _serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes: int) -> None:
-    import waitress
-
-    from weave.app import create_app, waitress_options
-
-    config = Config(database_url=url.yoyo_url(), max_body_bytes=max_body_bytes)
-    app = create_app(config, Database(url, pool_size=threads + 4))
-    waitress.serve(app, host=host, port=port, threads=threads, **waitress_options(max_body_bytes))
-
-
 def cmd_serve(args) -> int:
-    _serve(_database_url(args), args.host, args.port, args.threads, args.max_body_bytes or max_body_bytes_from_env())
+    server.serve(_database_url(args), args.host, args.port, args.threads,
+                 args.max_body_bytes or max_body_bytes_from_env(), args.processes)
     return 0
 
 
@@ -122,14 +113,14 @@ def cmd_scan(args) -> int:
 def cmd_dev(args) -> int:
     _exit_on_sigterm()
     explicit = args.database_url or os.environ.get("WEAVE_DATABASE_URL")
-    server = None
+    database_server = None
     if explicit:
         url = DatabaseUrl.parse(explicit)
     else:
         from weave.devdb import PrivateServer
 
-        server = PrivateServer(DEV_DIR / "mariadb").start()
-        url = DatabaseUrl.parse(server.url("weave"))
+        database_server = PrivateServer(DEV_DIR / "mariadb").start()
+        url = DatabaseUrl.parse(database_server.url("weave"))
     try:
         migrate.ensure_database(url)
         migrate.apply(url)
@@ -150,13 +141,13 @@ def cmd_dev(args) -> int:
         scanner = threading.Thread(target=Scanner(Database(url)).run, args=(stop,), name="scanner", daemon=True)
         scanner.start()
         try:
-            _serve(url, args.host, args.port, args.threads, max_body_bytes_from_env())
+            server.serve(url, args.host, args.port, args.threads, max_body_bytes_from_env())
         finally:
             stop.set()
             scanner.join(timeout=10)
     finally:
-        if server is not None:
-            server.stop()
+        if database_server is not None:
+            database_server.stop()
     return 0
 
 
@@ -249,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--port", type=int, default=DEFAULT_PORT)
         p.add_argument("--threads", type=_positive, default=DEFAULT_THREADS)
         if name == "serve":
+            p.add_argument("--processes", type=_positive, default=1,
+                           help="API worker processes sharing the port (a Python process runs on one core)")
             p.add_argument("--max-body-bytes", type=_positive, default=None,
                            help="request bodies above this get 413 before they are read "
                                 "(default: $WEAVE_MAX_BODY_BYTES or 1 MiB)")

@@ -54,7 +54,7 @@ def _is_mariadb(binary: str) -> bool:
     return "mariadb" in (out.stdout + out.stderr).lower()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Linux: the server gets SIGTERM when the process that started it dies, even by SIGKILL."""
     try:
         import ctypes
@@ -121,7 +121,7 @@ class PrivateServer:
             args += ["--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", "--sync-binlog=0"]
         self.process = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            start_new_session=True, preexec_fn=die_with_parent,
         )
         self._wait_until_ready()
         self._allow_tcp_root()
