@@ -29,12 +29,13 @@ RESTART_PAUSE_SECONDS = 1.0  # a worker that fails at start must not turn the pa
 
 
 def serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes: int, processes: int = 1) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     if processes == 1:
-        _run_worker(socket.create_server((host, port), backlog=BACKLOG), url, threads, max_body_bytes)
+        _run_worker(socket.create_server((host, port), family=family, backlog=BACKLOG), url, threads, max_body_bytes)
         return
     listeners = []
     for _ in range(processes):
-        listeners.append(socket.create_server((host, port), backlog=BACKLOG, reuse_port=True))
+        listeners.append(socket.create_server((host, port), family=family, backlog=BACKLOG, reuse_port=True))
         port = listeners[0].getsockname()[1]  # port 0 picked a free port: the others join it
     workers: dict[int, socket.socket] = {}
     stopping = False
