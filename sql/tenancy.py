@@ -6,7 +6,7 @@ API request. Admin actions are audited as `system:admin`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import timedelta
 
 from sql import audit
@@ -152,7 +152,7 @@ WHERE c.token_sha256 = %s AND c.revoked_at IS NULL
 # The grants come along as a space-separated list (queue names have no spaces; the connection
 # raises group_concat_max_len far above any grant list).
 SELECT_IDENTITY = """
-SELECT c.id AS credential_id, c.namespace_id, n.name AS namespace, c.application_id, c.actor, c.scopes,
+SELECT c.namespace_id, n.name AS namespace, c.application_id, c.actor, c.scopes,
        (SELECT GROUP_CONCAT(q.name SEPARATOR ' ') FROM credential_queue_grants g JOIN queues q ON q.id = g.queue_id
          WHERE g.credential_id = c.id) AS queues
 FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
@@ -160,34 +160,27 @@ WHERE c.id = %s
 """
 
 
-@dataclass(frozen=True)
-class _Identity:
-    credential_id: int
-    namespace_id: int
-    namespace: str
-    application_id: int
-    actor: str
-    scopes: frozenset[str]
-    queues: frozenset[str]
+_principals: dict[bytes, auth.Principal] = {}  # by token hash; only their identity is reused
+_PRINCIPALS_LIMIT = 10_000
 
 
-_identities: dict[bytes, _Identity] = {}  # by token hash
-_IDENTITIES_LIMIT = 10_000
-
-
-def _identity(tx: Tx, presented_sha256: bytes, credential_id: int) -> _Identity:
-    found = _identities.get(presented_sha256)
-    if found is None or found.credential_id != credential_id:  # a restored database may renumber
-        row = tx.one(SELECT_IDENTITY, (credential_id,))
-        found = _Identity(
-            credential_id=credential_id, namespace_id=row["namespace_id"], namespace=row["namespace"],
-            application_id=row["application_id"], actor=row["actor"], scopes=frozenset(row["scopes"].split()),
-            queues=frozenset((row["queues"] or "").split()),
+def _known_principal(tx: Tx, presented_sha256: bytes, current: dict) -> auth.Principal:
+    """The principal of a current credential: its identity from this process's memory (or read
+    once), its application's status and quota as `current` read them."""
+    known = _principals.get(presented_sha256)
+    if known is None or known.credential_id != current["id"]:  # a restored database may renumber
+        row = tx.one(SELECT_IDENTITY, (current["id"],))
+        known = auth.Principal(
+            credential_id=current["id"], namespace_id=row["namespace_id"], namespace=row["namespace"],
+            application_id=row["application_id"], application_status=current["application_status"],
+            signals_per_minute=current["signals_per_minute"], actor=row["actor"],
+            scopes=frozenset(row["scopes"].split()), queues=frozenset((row["queues"] or "").split()),
         )
-        if len(_identities) >= _IDENTITIES_LIMIT:
-            _identities.clear()
-        _identities[presented_sha256] = found
-    return found
+        if len(_principals) >= _PRINCIPALS_LIMIT:
+            _principals.clear()
+        _principals[presented_sha256] = known
+    return replace(known, application_status=current["application_status"],
+                   signals_per_minute=current["signals_per_minute"])
 
 
 @read_only
@@ -196,10 +189,4 @@ def authenticate(tx: Tx, presented_sha256: bytes) -> auth.Principal | None:
     row = tx.one(SELECT_CURRENT_CREDENTIAL, (presented_sha256,))
     if row is None or (row["expires_at"] is not None and row["expires_at"] <= tx.now()):
         return None
-    identity = _identity(tx, presented_sha256, row["id"])
-    return auth.Principal(
-        credential_id=identity.credential_id, namespace_id=identity.namespace_id, namespace=identity.namespace,
-        application_id=identity.application_id, application_status=row["application_status"],
-        signals_per_minute=row["signals_per_minute"], actor=identity.actor, scopes=identity.scopes,
-        queues=identity.queues,
-    )
+    return _known_principal(tx, presented_sha256, row)
