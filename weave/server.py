@@ -43,7 +43,7 @@ def serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes: 
     def stop(signum, frame):
         nonlocal stopping
         stopping = True
-        for pid in workers:
+        for pid in list(workers):
             _kill_quietly(pid, signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, stop)
@@ -56,7 +56,8 @@ def serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes: 
         if listener is not None and not stopping:
             log.error("API worker %d ended (wait status %d); starting another", pid, status)
             time.sleep(RESTART_PAUSE_SECONDS)
-            workers[_fork_worker(listener, url, threads, max_body_bytes)] = listener
+            if not stopping:  # SIGTERM may have come during the pause
+                workers[_fork_worker(listener, url, threads, max_body_bytes)] = listener
 
 
 def _run_worker(listener: socket.socket, url: DatabaseUrl, threads: int, max_body_bytes: int) -> None:
