@@ -156,8 +156,11 @@ def run_threads(count: int, target, prepare=None, at_start=None) -> float:
         try:
             if prepare is not None:
                 prepare(i)
-        finally:
+        except BaseException as exc:  # reported after the run; this thread sits the run out
+            errors.append(exc)
             barrier.wait()
+            return
+        barrier.wait()
         try:
             target(i)
         except BaseException as exc:  # reported after the run

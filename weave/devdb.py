@@ -55,7 +55,8 @@ def _is_mariadb(binary: str) -> bool:
 
 
 def die_with_parent() -> None:
-    """Linux: the server gets SIGTERM when the process that started it dies, even by SIGKILL."""
+    """Linux: this process gets SIGTERM when its parent dies, even by SIGKILL (used before exec for
+    the private database server, and by the workers of `weave serve --processes`)."""
     try:
         import ctypes
 
