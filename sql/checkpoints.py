@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sql import backoff, instances, steps, waits
+from weave.sql import backoff, instances, steps, waits
 from weave.db import Tx, unit_of_work
 
 INSERT_CHECKPOINT = """

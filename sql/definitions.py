@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sql import audit
+from weave.sql import audit
 from weave import jsontext
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError

@@ -7,7 +7,7 @@ CONSUMED in the same transaction that applies it, so an outcome is applied exact
 
 from __future__ import annotations
 
-from sql import backoff, events, instances, steps
+from weave.sql import backoff, events, instances, steps
 from weave.db import Tx, unit_of_work
 from weave.rules import progress
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from datetime import timedelta
 
-from sql import audit, checkpoints, definitions, events, steps, tasks
+from weave.sql import audit, checkpoints, definitions, events, steps, tasks
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import control as control_rules

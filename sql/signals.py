@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sql import audit, backoff, checkpoints, definitions, events, instances
+from weave.sql import audit, backoff, checkpoints, definitions, events, instances
 from weave import jsontext
 from weave.auth import Principal
 from weave.db import Tx, read_only, unit_of_work

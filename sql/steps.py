@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sql import audit, checkpoints, definitions, events, instances, tasks, waits
+from weave.sql import audit, checkpoints, definitions, events, instances, tasks, waits
 from weave import jsontext
 from weave.db import Tx
 from weave.rules import correlation, gate, progress

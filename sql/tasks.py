@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sql import audit, instances
+from weave.sql import audit, instances
 from weave import jsontext
 from weave.db import Tx, unit_of_work
 from weave.errors import Code, WeaveError

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from sql import audit
+from weave.sql import audit
 from weave import auth
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError

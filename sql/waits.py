@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sql import audit, checkpoints, events, steps
+from weave.sql import audit, checkpoints, events, steps
 from weave import jsontext
 from weave.db import Tx
 from weave.rules import signals as signal_rules

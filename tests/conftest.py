@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import falcon.testing
 import pytest
 
-from sql import tenancy
+from weave.sql import tenancy
 from weave import auth, migrate
 from weave.app import create_app
 from weave.config import Config

@@ -4,7 +4,7 @@ import hashlib
 
 import pytest
 
-from sql import tenancy
+from weave.sql import tenancy
 from weave import auth
 
 DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}]}

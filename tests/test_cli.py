@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from sql import tenancy
+from weave.sql import tenancy
 from weave import auth, migrate
 from weave.cli import main
 

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from sql import definitions
+from weave.sql import definitions
 
 SIGNAL = {"name": "payment.settled", "payload_version": "v1", "payload_schema": {"type": "object"}}
 

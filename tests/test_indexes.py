@@ -2,7 +2,7 @@
 
 import pytest
 
-from sql import definitions, events, instances, tenancy
+from weave.sql import definitions, events, instances, tenancy
 
 DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}]}
 
@@ -68,7 +68,7 @@ def test_request_path_queries_use_their_indexes(populated):
 
 
 def test_signal_queries_use_their_indexes(populated, clock):
-    from sql import signals, waits
+    from weave.sql import signals, waits
 
     database = populated
     row = database.run(lambda tx: tx.one("SELECT id, namespace_id FROM instances WHERE workflow_id = 'w7'"))

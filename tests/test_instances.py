@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from sql import instances
+from weave.sql import instances
 from weave.db import Database, DatabaseClock
 
 DOC = {"name": "order", "steps": [
@@ -186,7 +186,7 @@ def test_events_are_in_order_and_paged(client, headers, database, clock):
     start(client, headers)
     instance_id = rows(database, "SELECT id FROM instances")[0]["id"]
 
-    from sql import events
+    from weave.sql import events
 
     def add_events(tx):
         tx.one("SELECT id FROM instances WHERE id = %s FOR UPDATE", (instance_id,))

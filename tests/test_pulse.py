@@ -7,7 +7,7 @@ import time
 import pytest
 
 from conftest import task_steps
-from sql import tasks
+from weave.sql import tasks
 
 
 def start_tasks(flow, count, **kwargs):

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from conftest import task_steps
-from sql import instances, steps, tasks
+from weave.sql import instances, steps, tasks
 from weave.db import DatabaseClock
 from weave.scanner import Scanner
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from conftest import ABSENT, payment, signal_flow_definition
-from sql import tenancy
+from weave.sql import tenancy
 from weave import auth
 
 

@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from conftest import task_steps
-from sql import tenancy
+from weave.sql import tenancy
 
 
 def test_p7_d3_three_step_task_workflow_runs_to_succeeded(flow):

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 
 from conftest import payment, signal_flow_definition
-from sql import tenancy
+from weave.sql import tenancy
 
 
 @pytest.fixture
@@ -189,7 +189,7 @@ def test_s2_7_an_unmatched_early_signal_expires_at_the_total_deadline(flow, cloc
 
 
 def test_s2_7_backoff_moves_only_available_at(flow, clock, database, monkeypatch):
-    from sql import signals
+    from weave.sql import signals
 
     flow.publish(signal_flow_definition())
     flow.start("order-1", input={"order_id": "o-1"}, deadline_seconds=300)

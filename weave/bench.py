@@ -25,9 +25,9 @@ from pathlib import Path
 from statistics import median
 
 
-from sql import instances as instance_sql
-from sql import tasks as task_sql
-from sql import tenancy
+from weave.sql import instances as instance_sql
+from weave.sql import tasks as task_sql
+from weave.sql import tenancy
 from weave import auth, migrate
 from weave.db import Database, DatabaseUrl, connect
 from weave.devdb import PrivateServer, free_port
@@ -196,7 +196,7 @@ def seed_tasks(bench: Bench, count: int) -> None:
     """Insert QUEUED tasks (and the activations they belong to) straight into the tables."""
     app_id = bench.database.run(lambda tx: tx.one("SELECT id FROM applications LIMIT 1"))["id"]
     definition = {"name": "one", "steps": [{"key": "s", "type": "TASK", "queue": QUEUE, "timeout_seconds": 3600}]}
-    from sql import definitions
+    from weave.sql import definitions
 
     definitions.publish_definition(bench.database, bench.namespace_id, definition, 1, "bench")
 
@@ -344,7 +344,7 @@ def bench_e2e(bench: Bench, workflows: int, workers: int = 8) -> list[dict]:
 
 
 def _in_process_e2e(bench: Bench, workflows: int) -> float:
-    from sql import checkpoints, inbox
+    from weave.sql import checkpoints, inbox
 
     db = bench.database
     app_id = db.run(lambda tx: tx.one("SELECT id FROM applications LIMIT 1"))["id"]
@@ -428,9 +428,9 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
     """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal,
     writing the same rows with the same contents (receipt, event data, audit details); without
     authentication, HTTP, JSON parsing, schema validation or the contract check."""
-    from sql import audit as audit_sql
-    from sql import events as event_sql
-    from sql import signals as sig_sql
+    from weave.sql import audit as audit_sql
+    from weave.sql import events as event_sql
+    from weave.sql import signals as sig_sql
     from weave import jsontext
     from weave.times import rfc3339
 

@@ -17,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from sql import definitions, tenancy
+from weave.sql import definitions, tenancy
 from weave import auth, migrate, server
 from weave.config import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_THREADS, max_body_bytes_from_env
 from weave.db import Database, DatabaseError, DatabaseUrl
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     except WeaveError as exc:
         print(f"weave: {exc.detail}", file=sys.stderr)
         return 1
-    except (DatabaseError, ValueError) as exc:
+    except (DatabaseError, ValueError, migrate.MigrationsMissing) as exc:
         print(f"weave: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import falcon
 
-from sql import tenancy
+from weave.sql import tenancy
 from weave import auth, jsontext, schemas
 from weave.db import Database
 from weave.errors import Code, WeaveError

@@ -7,6 +7,7 @@ Upgrade procedure (M4): stop old writers, apply every migration, start the new v
 from __future__ import annotations
 
 from contextlib import contextmanager
+from importlib import resources
 from pathlib import Path
 
 import pymysql
@@ -14,7 +15,18 @@ from yoyo import get_backend, read_migrations
 
 from weave.db import DatabaseUrl
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+class MigrationsMissing(RuntimeError):
+    """No migration files where they should be: a broken install, never "nothing to do"."""
+
+
+def migrations_dir() -> Path:
+    """The migrations shipped with this Weave: package data `weave/migrations` of an installed
+    wheel, or the checkout's top-level `migrations/` (an editable install maps the package there)."""
+    shipped = resources.files("weave").joinpath("migrations")
+    if shipped.is_dir():
+        return Path(str(shipped))
+    return Path(__file__).resolve().parent.parent / "migrations"
 
 
 def ensure_database(url: DatabaseUrl) -> None:
@@ -40,16 +52,19 @@ def _identifier(name: str) -> str:
 def _backend_and_migrations(url: DatabaseUrl, directory: Path):
     """yoyo's backend, closed afterwards: an idle connection left in a transaction would hold
     metadata locks and block the next DDL (a migration, a DROP DATABASE) indefinitely."""
+    migrations = read_migrations(str(directory)) if directory.is_dir() else []
+    if not migrations:
+        raise MigrationsMissing(f"no migrations found in {directory}: this Weave installation is incomplete")
     backend = get_backend(url.yoyo_url())
     try:
-        yield backend, read_migrations(str(directory))
+        yield backend, migrations
     finally:
         backend.connection.close()
 
 
-def apply(url: DatabaseUrl, directory: Path = MIGRATIONS_DIR, upto: str | None = None) -> list[str]:
+def apply(url: DatabaseUrl, directory: Path | None = None, upto: str | None = None) -> list[str]:
     """Apply pending migrations (all, or up to and including `upto`); return their ids."""
-    with _backend_and_migrations(url, directory) as (backend, migrations), backend.lock():
+    with _backend_and_migrations(url, directory or migrations_dir()) as (backend, migrations), backend.lock():
         todo = backend.to_apply(migrations)
         if upto is not None:
             ids = [m.id for m in migrations]
@@ -58,14 +73,14 @@ def apply(url: DatabaseUrl, directory: Path = MIGRATIONS_DIR, upto: str | None =
     return [m.id for m in todo]
 
 
-def rollback(url: DatabaseUrl, directory: Path = MIGRATIONS_DIR) -> list[str]:
+def rollback(url: DatabaseUrl, directory: Path | None = None) -> list[str]:
     """Roll back every applied migration, newest first; return their ids."""
-    with _backend_and_migrations(url, directory) as (backend, migrations), backend.lock():
+    with _backend_and_migrations(url, directory or migrations_dir()) as (backend, migrations), backend.lock():
         todo = backend.to_rollback(migrations)
         backend.rollback_migrations(todo)
     return [m.id for m in todo]
 
 
-def pending(url: DatabaseUrl, directory: Path = MIGRATIONS_DIR) -> list[str]:
-    with _backend_and_migrations(url, directory) as (backend, migrations):
+def pending(url: DatabaseUrl, directory: Path | None = None) -> list[str]:
+    with _backend_and_migrations(url, directory or migrations_dir()) as (backend, migrations):
         return [m.id for m in backend.to_apply(migrations)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
-from sql import backoff, checkpoints, inbox, signals, tasks
+from weave.sql import backoff, checkpoints, inbox, signals, tasks
 from weave.db import Database, Tx
 
 log = logging.getLogger("weave.scanner")

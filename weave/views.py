@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sql.definitions import Definition
-from sql.instances import WorkflowFacts
-from sql.tasks import ClaimedTask
+from weave.sql.definitions import Definition
+from weave.sql.instances import WorkflowFacts
+from weave.sql.tasks import ClaimedTask
 from weave import jsontext
 from weave.jsontext import Raw
 from weave.times import rfc3339

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import falcon
 
-from sql import definitions
+from weave.sql import definitions
 from weave.errors import Code, WeaveError
 from weave.http import Resource, operation, read_json, send_json
 from weave.rules import definitions as definition_rules

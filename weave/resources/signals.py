@@ -6,7 +6,7 @@ import re
 
 import falcon
 
-from sql import signals
+from weave.sql import signals
 from weave.errors import Code, WeaveError
 from weave.http import Resource, bounded_value_text, operation, query_int, read_json, row_id, send_json
 from weave.rules import signals as rules

@@ -6,7 +6,7 @@ import time
 
 import falcon
 
-from sql import tasks
+from weave.sql import tasks
 from weave import jsontext
 from weave.errors import Code
 from weave.http import Resource, bounded_value_text, operation, read_json, row_id, send_json

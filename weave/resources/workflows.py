@@ -6,7 +6,7 @@ import secrets
 
 import falcon
 
-from sql import events, instances
+from weave.sql import events, instances
 from weave import jsontext
 from weave.errors import Code, WeaveError
 from weave.http import Resource, bounded_value_text, operation, query_int, read_json, send_json
