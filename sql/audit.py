@@ -1,4 +1,5 @@
-"""Audit records: append only, written by the unit of work that changes the state."""
+"""Audit records: append only, written by the unit of work that changes the state; and the one
+read of them that a decision needs (the digest an acceptance recorded, S1.12)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,16 @@ def record(tx: Tx, namespace_id: int, actor: str, action: str, details: dict, *,
            request_digest: str | None = None) -> None:
     tx.execute(INSERT_AUDIT, (namespace_id, instance_id, credential_id, actor, action, request_digest,
                               tx.now(), jsontext.compact(details)))
+
+
+SELECT_ACCEPTANCE_DIGEST = """
+SELECT request_digest FROM audit_records
+WHERE instance_id = %s AND action = 'signal.send' AND details LIKE %s
+ORDER BY id LIMIT 1
+"""
+
+
+def acceptance_digest(tx: Tx, instance_id: int, signal_id: int) -> str | None:
+    """The request digest recorded when `signal_id` was accepted, or None when no record says so."""
+    row = tx.one(SELECT_ACCEPTANCE_DIGEST, (instance_id, f'%"signal_id":"{signal_id}"%'))
+    return None if row is None else row["request_digest"]

@@ -29,5 +29,5 @@ def record_failure(tx: Tx, source: Source, source_id: int, error: str) -> dateti
     if row is None:
         return None
     available_at = tx.now() + pulse.retry_delay(row["attempts"] + 1)
-    tx.execute(source.record, (error[:MAX_ERROR_CHARS], available_at, source_id))
+    tx.transition(source.record, (error[:MAX_ERROR_CHARS], available_at, source_id), f"back off source row {source_id}")
     return available_at

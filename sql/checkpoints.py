@@ -1,15 +1,15 @@
 """Checkpoints: due times at which the scanner must look at an instance (ROOT) or a wait (WAIT).
 
 `due_at` is when the look is due and never moves; `available_at` is the next try and moves only
-by backoff after a failed try.
+by backoff after a failed try. What a look does is the engine's (`engine.process_checkpoint`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from weave.sql import backoff, instances, steps, waits
-from weave.db import Tx, unit_of_work
+from weave.db import Tx
+from weave.sql import backoff
 
 INSERT_CHECKPOINT = """
 INSERT INTO checkpoints (instance_id, kind, wait_id, due_at, available_at, attempts, created_at)
@@ -48,16 +48,11 @@ def due_candidates(tx: Tx, limit: int) -> list[dict]:
     return tx.all(DUE_CHECKPOINTS, (tx.now(), limit))
 
 
-@unit_of_work
-def process_checkpoint(tx: Tx, checkpoint_id: int) -> str | None:
-    """Look at an instance at a due checkpoint; the checkpoint is deleted in the same transaction."""
-    checkpoint = tx.one(CLAIM_CHECKPOINT, (checkpoint_id,))
-    if checkpoint is None:
-        return None  # another scanner has it, or it is done
-    instance = instances.lock(tx, checkpoint["instance_id"])
-    if checkpoint["available_at"] > tx.now():
-        return None
-    tx.execute(DELETE_CHECKPOINT, (checkpoint_id,))
-    if checkpoint["kind"] == "WAIT":
-        return waits.look(tx, instance, checkpoint["wait_id"], steps.SCANNER)
-    return steps.advance(tx, instance)
+def claim(tx: Tx, checkpoint_id: int) -> dict | None:
+    """The checkpoint, locked, or None when another scanner has it or it is done."""
+    return tx.one(CLAIM_CHECKPOINT, (checkpoint_id,))
+
+
+def delete(tx: Tx, checkpoint_id: int) -> None:
+    """A look that was done: the claimed checkpoint goes in the same transaction."""
+    tx.transition(DELETE_CHECKPOINT, (checkpoint_id,), f"delete checkpoint {checkpoint_id}")

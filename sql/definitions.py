@@ -48,7 +48,7 @@ def _definition(row: dict | None) -> Definition | None:
     return Definition(row["id"], row["name"], row["version"], row["digest"], row["created_at"], row["document"])
 
 
-@unit_of_work
+@unit_of_work(replay_on=("uq_definitions_name_version",))
 def publish_definition(tx: Tx, namespace_id: int, document: dict, credential_id: int, actor: str
                        ) -> tuple[Definition, bool]:
     """Publish `document` (already schema-valid); returns (definition, created)."""

@@ -1,22 +1,27 @@
 """The inbox: final task outcomes reported by Pulse, consumed by the workflow side (P6, P7).
 
-Consumption claims the inbox row (`SKIP LOCKED`, so scanners share the work), then takes the
-instance lock, then the activation; the task row is final and only read. The row is marked
-CONSUMED in the same transaction that applies it, so an outcome is applied exactly once.
+Pulse appends one row per final task outcome in the transaction that settles the task
+(`tasks`). The engine claims a row (`SKIP LOCKED`, so scanners share the work), applies it to its
+step and marks it CONSUMED in the same transaction, so an outcome is applied exactly once
+(`engine.consume_inbox_event`).
 """
 
 from __future__ import annotations
 
-from weave.sql import backoff, events, instances, steps
-from weave.db import Tx, unit_of_work
-from weave.rules import progress
+from datetime import datetime
 
+from weave.db import Tx
+from weave.sql import backoff
+
+INSERT_INBOX = """
+INSERT INTO inbox_events (task_id, instance_id, outcome, result, completed_at, status, available_at, attempts)
+VALUES (%s, %s, %s, %s, %s, 'PENDING', %s, 0)
+"""
 CLAIM_INBOX_EVENT = """
 SELECT id, task_id, instance_id, outcome, result, completed_at, available_at
 FROM inbox_events WHERE id = %s AND status = 'PENDING'
 FOR UPDATE SKIP LOCKED
 """
-SELECT_SETTLED_TASK = "SELECT id, activation_id, kind, status, attempt FROM tasks WHERE id = %s"
 MARK_CONSUMED = "UPDATE inbox_events SET status = 'CONSUMED', consumed_at = %s WHERE id = %s AND status = 'PENDING'"
 FAILURES = backoff.Source(
     lock="SELECT attempts FROM inbox_events WHERE id = %s AND status = 'PENDING' FOR UPDATE",
@@ -30,35 +35,20 @@ LIMIT %s
 """
 
 
+def append(tx: Tx, task_id: int, instance_id: int, outcome: str, result_text: str | None,
+           completed_at: datetime) -> None:
+    """The one inbox event of a task's final outcome; due at once."""
+    tx.execute(INSERT_INBOX, (task_id, instance_id, outcome, result_text, completed_at, completed_at))
+
+
 def due_candidates(tx: Tx, limit: int) -> list[dict]:
     return tx.all(DUE_INBOX_EVENTS, (tx.now(), limit))
 
 
-@unit_of_work
-def consume_inbox_event(tx: Tx, inbox_id: int) -> str | None:
-    """Apply one task outcome to its step; returns what happened, or None when there was nothing to do."""
-    event = tx.one(CLAIM_INBOX_EVENT, (inbox_id,))
-    if event is None:
-        return None  # another scanner has it, or it is consumed
-    instance = instances.lock(tx, event["instance_id"])
-    if event["available_at"] > tx.now():
-        return None  # backed off after a failure: not due yet
-    task = tx.one(SELECT_SETTLED_TASK, (event["task_id"],))
-    activation = steps.lock_activation(tx, task["activation_id"])
-    tx.execute(MARK_CONSUMED, (tx.now(), inbox_id))
-    if task["kind"] != "TASK" or activation["status"] != "ACTIVE":
-        # The step moved on without this task (deadline review, cancellation, recovery): keep the fact.
-        events.append(tx, instance["id"], "TASK_OUTCOME_RECORDED",
-                      {"task_id": str(task["id"]), "outcome": event["outcome"], "step": activation["step_key"],
-                       "activation_status": activation["status"]})
-        return "RECORDED"
-    if event["outcome"] == "SUCCEEDED":
-        if activation["deadline_at"] is not None and event["completed_at"] >= activation["deadline_at"]:
-            steps.settle(tx, instance, activation, "NEEDS_REVIEW", None, progress.STEP_DEADLINE_EXCEEDED, steps.SCANNER)
-            return "LATE"
-        steps.settle(tx, instance, activation, "SUCCEEDED", event["result"], None, steps.SCANNER)
-        steps.advance(tx, instance)
-        return "SUCCEEDED"
-    steps.settle(tx, instance, activation, "NEEDS_REVIEW", None, progress.TASK_REVIEW_REASONS[event["outcome"]],
-                 steps.SCANNER)
-    return event["outcome"]
+def claim(tx: Tx, inbox_id: int) -> dict | None:
+    """The PENDING event, locked, or None when another scanner has it or it is consumed."""
+    return tx.one(CLAIM_INBOX_EVENT, (inbox_id,))
+
+
+def mark_consumed(tx: Tx, inbox_id: int) -> None:
+    tx.transition(MARK_CONSUMED, (tx.now(), inbox_id), f"consume inbox event {inbox_id}")

@@ -1,8 +1,9 @@
-"""Workflow instances: start (idempotent on workflow_id) and read with their steps.
+"""Workflow instances: start (idempotent on workflow_id), read with their steps, lock, move.
 
 Lock order: the instance row first, then what hangs off it (activations, waits, signals, tasks).
 Starting writes the instance (RUNNING, gate OPEN), a ROOT checkpoint due now, the first event and
-an audit record in one transaction (I2); the checkpoint scanner activates the first step.
+an audit record in one transaction (I2); the checkpoint scanner activates the first step. Every
+later change of an instance's status is the engine's, through `move`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from datetime import timedelta
 
-from weave.sql import audit, checkpoints, definitions, events, steps, tasks
+from weave.sql import audit, checkpoints, definitions, events
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
-from weave.rules import control as control_rules
 from weave.times import rfc3339
 
 
@@ -87,7 +87,7 @@ def read_workflow(tx: Tx, namespace_id: int, workflow_id: str) -> WorkflowFacts 
     return read_facts(tx, namespace_id, workflow_id)
 
 
-@unit_of_work
+@unit_of_work(replay_on=("uq_instances_workflow",))
 def start_workflow(tx: Tx, namespace_id: int, application_id: int, credential_id: int, actor: str,
                    request: StartRequest) -> tuple[WorkflowFacts, bool]:
     """Start an instance (I1, I2); returns (facts, created).
@@ -137,7 +137,7 @@ def context(tx: Tx, instance_id: int, workflow_id: str, input_text: str, value: 
     return {"workflow_id": workflow_id, "input": value(input_text), "steps": steps}
 
 
-# ---- the instance lock and instance transitions (used by the scanner and the control API) ----------
+# ---- the instance lock and the instance's state ------------------------------------------------------
 
 # Subqueries in the select list are read, not locked (MySQL and MariaDB alike): only the instance
 # row is locked, never the definition or application rows that many instances share.
@@ -151,8 +151,10 @@ WHERE i.id = %s
 FOR UPDATE
 """
 UPDATE_INSTANCE_STATE = """
-UPDATE instances SET status = %s, gate = %s, review_reason = %s, updated_at = %s WHERE id = %s
+UPDATE instances SET status = %s, gate = %s, review_reason = %s, updated_at = %s
+WHERE id = %s AND status = %s AND gate = %s
 """
+SELECT_INSTANCE_ID = "SELECT id FROM instances WHERE namespace_id = %s AND workflow_id = %s"
 
 
 def lock(tx: Tx, instance_id: int) -> dict:
@@ -160,52 +162,15 @@ def lock(tx: Tx, instance_id: int) -> dict:
     return tx.one(LOCK_INSTANCE, (instance_id,))
 
 
-def set_state(tx: Tx, instance: dict, status: str, gate: str, review_reason: str | None, actor: str,
-              event_data: dict | None = None) -> None:
-    """Move the locked instance to (status, gate, review_reason) with its event and audit record."""
-    tx.execute(UPDATE_INSTANCE_STATE, (status, gate, review_reason, tx.now(), instance["id"]))
-    before = {"status": instance["status"], "gate": instance["gate"]}
-    instance.update(status=status, gate=gate, review_reason=review_reason)
-    data = {"status": status, "gate": gate, "review_reason": review_reason, **(event_data or {})}
-    events.append(tx, instance["id"], f"WORKFLOW_{status}", data)
-    audit.record(tx, instance["namespace_id"], actor, "workflow.state", {"from": before, "to": data},
-                 instance_id=instance["id"])
+def instance_id(tx: Tx, namespace_id: int, workflow_id: str) -> int | None:
+    row = tx.one(SELECT_INSTANCE_ID, (namespace_id, workflow_id))
+    return None if row is None else row["id"]
 
 
-SELECT_INSTANCE_ID_FOR_CONTROL = "SELECT id FROM instances WHERE namespace_id = %s AND workflow_id = %s"
-SELECT_OPEN_ACTIVATIONS = "SELECT id, step_key, activation_sequence FROM step_activations WHERE instance_id = %s AND status = 'ACTIVE' ORDER BY id"
-LOCK_OPEN_WAITS = "SELECT id FROM waits WHERE instance_id = %s AND status = 'WAITING' ORDER BY id FOR UPDATE"
-CANCEL_WAIT = "UPDATE waits SET status = 'CANCELLED', settled_at = %s WHERE id = %s AND status = 'WAITING'"
-REJECT_PENDING_SIGNALS = """
-UPDATE signals SET status = 'REJECTED', disposition = 'INSTANCE_SETTLED', settled_at = %s
-WHERE instance_id = %s AND status = 'PENDING'
-"""
-
-
-@unit_of_work
-def control(tx: Tx, namespace_id: int, workflow_id: str, action: str, reason: str, credential_id: int,
-            actor: str) -> WorkflowFacts:
-    """R1: pause, resume or cancel, audited with the reason; 409 INVALID_STATE when not allowed."""
-    row = tx.one(SELECT_INSTANCE_ID_FOR_CONTROL, (namespace_id, workflow_id))
-    if row is None:
-        raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
-    instance = lock(tx, row["id"])
-    target = control_rules.transition(action, instance["status"])
-    if target is None:
-        raise WeaveError(Code.INVALID_STATE, f"cannot {action} a workflow that is {instance['status']}")
-    now = tx.now()
-    if action == "cancel":  # in lock order: activations, waits, signals, tasks
-        activations = [steps.lock_activation(tx, row["id"]) for row in tx.all(SELECT_OPEN_ACTIVATIONS, (instance["id"],))]
-        for activation in activations:
-            steps.settle(tx, instance, activation, "CANCELLED", None, None, actor)
-        for wait in tx.all(LOCK_OPEN_WAITS, (instance["id"],)):
-            tx.execute(CANCEL_WAIT, (now, wait["id"]))
-        tx.execute(REJECT_PENDING_SIGNALS, (now, instance["id"]))
-        for activation in activations:
-            tasks.cancel_open_tasks(tx, activation["id"])
-    set_state(tx, instance, target.status, target.gate, None, actor, {"action": action, "reason": reason})
-    audit.record(tx, namespace_id, actor, f"workflow.{action}", {"workflow_id": workflow_id, "reason": reason},
-                 instance_id=instance["id"], credential_id=credential_id)
-    if action == "resume":
-        checkpoints.schedule_root(tx, instance["id"], now)
-    return read_facts(tx, namespace_id, workflow_id)
+def move(tx: Tx, instance: dict, status: str, gate: str, review_reason: str | None) -> dict:
+    """Move the locked instance from the (status, gate) it was read with; returns the instance as
+    it is now (the caller's dict is left as it was read)."""
+    tx.transition(UPDATE_INSTANCE_STATE, (status, gate, review_reason, tx.now(), instance["id"], instance["status"],
+                                          instance["gate"]),
+                  f"move instance {instance['id']} from {instance['status']} to {status}")
+    return {**instance, "status": status, "gate": gate, "review_reason": review_reason}

@@ -1,4 +1,9 @@
-"""Signals: acceptance (send), query (get, list) and the per-application quota (S1.1-S1.12).
+"""Signals: acceptance (send), query (get, list), the per-application quota (S1.1-S1.12), the
+rows' consumer-side transitions and the expiry of unmatched signals (S2.7).
+
+The signal path: the API accepts here (`send_signal`, which stores the signal and wakes its
+wait's checkpoint); the scanner consumes through the engine (`engine.consume_wait`, which takes
+the winner with `consume` and turns the losers down with `reject`).
 
 `send_signal` follows S1.3: (authentication and quota happen before it) → idempotency lookup →
 queues of the pinned definition locked in sorted order (shared: send only reads them, but it must
@@ -15,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from weave.sql import audit, backoff, checkpoints, definitions, events, instances
+from weave.sql import audit, backoff, checkpoints, definitions, events, instances, waits
 from weave import jsontext
 from weave.auth import Principal
 from weave.db import Tx, read_only, unit_of_work
@@ -164,7 +169,7 @@ def _target_facts(tx: Tx, instance: dict, request: SignalRequest, known: dict) -
     )
 
 
-@unit_of_work
+@unit_of_work(replay_on=("uq_signals_idempotency",))
 def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalRequest) -> Receipt:
     unlocked = tx.one(SELECT_TARGET_INSTANCE_AND_KEY, (request.idempotency_key, principal.namespace_id, workflow_id))
     document, queues = _permitted(tx, principal, workflow_id, unlocked)
@@ -256,6 +261,48 @@ def list_signals(tx: Tx, principal: Principal, workflow_id: str, status: str | N
     return tx.all(SELECT_SIGNAL_PAGE_BY_STATUS, (instance["id"], status, after, limit))
 
 
+# ---- consumption: the rows' side of the engine's decision (S2.2-S2.5, S2.8) -------------------------
+
+LOCK_PENDING_OF_GENERATION = """
+SELECT id, name, payload_version, correlation, payload, payload_present, accepted_at, request_digest, reason,
+       evidence_ref, target_step_key, target_activation_sequence
+FROM signals
+WHERE instance_id = %s AND target_step_key = %s AND target_activation_sequence = %s AND status = 'PENDING'
+ORDER BY accepted_at, id
+FOR UPDATE
+"""
+REJECT_SIGNAL = """
+UPDATE signals SET status = 'REJECTED', disposition = %s, settled_at = %s WHERE id = %s AND status = 'PENDING'
+"""
+CONSUME_SIGNAL = """
+UPDATE signals SET status = 'CONSUMED', consumed_wait_id = %s, consumed_at = %s, settled_at = %s
+WHERE id = %s AND status = 'PENDING'
+"""
+REJECT_PENDING_OF_INSTANCE = """
+UPDATE signals SET status = 'REJECTED', disposition = %s, settled_at = %s
+WHERE instance_id = %s AND status = 'PENDING'
+"""
+
+
+def lock_pending_of_generation(tx: Tx, instance_id: int, step_key: str, sequence: int) -> list[dict]:
+    """The PENDING signals aimed at one step generation, locked, first accepted first (S2.2)."""
+    return tx.all(LOCK_PENDING_OF_GENERATION, (instance_id, step_key, sequence))
+
+
+def reject(tx: Tx, signal_id: int, disposition: str) -> None:
+    tx.transition(REJECT_SIGNAL, (disposition, tx.now(), signal_id), f"reject signal {signal_id} ({disposition})")
+
+
+def consume(tx: Tx, signal_id: int, wait_id: int) -> None:
+    now = tx.now()
+    tx.transition(CONSUME_SIGNAL, (wait_id, now, now, signal_id), f"consume signal {signal_id}")
+
+
+def reject_all_pending(tx: Tx, instance_id: int, disposition: str) -> int:
+    """Every PENDING signal of the instance (any number, none included) is REJECTED."""
+    return tx.execute(REJECT_PENDING_OF_INSTANCE, (disposition, tx.now(), instance_id))
+
+
 # ---- expiry of unmatched signals (the scanner's third source, S2.7) -------------------------------
 
 DUE_EXPIRIES = """
@@ -269,15 +316,11 @@ LOCK_PENDING_SIGNAL = """
 SELECT id, target_step_key, target_activation_sequence, expires_at, available_at FROM signals
 WHERE id = %s AND status = 'PENDING' FOR UPDATE SKIP LOCKED
 """
-SELECT_WAITING_WAIT = """
-SELECT id, deadline_at FROM waits
-WHERE instance_id = %s AND step_key = %s AND activation_sequence = %s AND status = 'WAITING'
-"""
 EXPIRE_SIGNAL = """
 UPDATE signals SET status = 'EXPIRED', disposition = 'EXPIRED_UNMATCHED', settled_at = %s
 WHERE id = %s AND status = 'PENDING'
 """
-LOOK_AGAIN_AT = "UPDATE signals SET available_at = %s WHERE id = %s"
+LOOK_AGAIN_AT = "UPDATE signals SET available_at = %s WHERE id = %s AND status = 'PENDING'"
 FAILURES = backoff.Source(
     lock="SELECT attempts FROM signals WHERE id = %s AND status = 'PENDING' FOR UPDATE",
     record="UPDATE signals SET attempts = attempts + 1, last_error = %s, available_at = %s WHERE id = %s",
@@ -304,11 +347,11 @@ def expire_unmatched_signal(tx: Tx, signal_id: int) -> str | None:
     now = tx.now()
     if signal is None or signal["expires_at"] > now or signal["available_at"] > now:
         return None
-    wait = tx.one(SELECT_WAITING_WAIT, (instance["id"], signal["target_step_key"],
-                                        signal["target_activation_sequence"]))
+    wait = waits.waiting_for(tx, instance["id"], signal["target_step_key"], signal["target_activation_sequence"])
     if wait is not None:
-        tx.execute(LOOK_AGAIN_AT, (max(wait["deadline_at"], now + EXPIRY_RECHECK), signal_id))
+        tx.transition(LOOK_AGAIN_AT, (max(wait["deadline_at"], now + EXPIRY_RECHECK), signal_id),
+                      f"defer the expiry of signal {signal_id}")
         return "DEFERRED"
-    tx.execute(EXPIRE_SIGNAL, (now, signal_id))
+    tx.transition(EXPIRE_SIGNAL, (now, signal_id), f"expire signal {signal_id}")
     events.append(tx, instance["id"], "SIGNAL_EXPIRED", {"signal_id": str(signal_id), "disposition": "EXPIRED_UNMATCHED"})
     return "EXPIRED"

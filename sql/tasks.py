@@ -5,7 +5,9 @@ always locked for real (`FOR UPDATE`), never skipped: claim, complete and lease 
 therefore take turns on it, which is what keeps `permits_in_use` within 0..max_permits.
 
 Every way a RUNNING task ends goes through `_release_permit`; every final outcome goes through
-`_settle`, which writes exactly one inbox event in the same transaction (P6).
+`_settle`, which writes exactly one inbox event in the same transaction (P6). Every state change
+is a guarded UPDATE checked by `Tx.transition`: a permit can neither go below 0 nor above
+`max_permits` without the unit failing.
 """
 
 from __future__ import annotations
@@ -14,16 +16,11 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from weave.sql import audit, instances
+from weave.sql import audit, inbox, instances
 from weave import jsontext
 from weave.db import Tx, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import pulse
-
-
-
-class PermitInvariantBroken(RuntimeError):
-    """A release found no permit in use: a bug, never an input error. The unit rolls back."""
 
 
 # ---- creation (called by the workflow side inside its own transaction) ---------------------------
@@ -55,28 +52,23 @@ UPDATE tasks SET status = %s, result = %s, error = COALESCE(%s, error), complete
                  lease_token = NULL, lease_expires_at = NULL
 WHERE id = %s AND status IN ('QUEUED', 'RUNNING')
 """
-INSERT_INBOX = """
-INSERT INTO inbox_events (task_id, instance_id, outcome, result, completed_at, status, available_at, attempts)
-VALUES (%s, %s, %s, %s, %s, 'PENDING', %s, 0)
-"""
 
 
 def _release_permit(tx: Tx, queue_id: int) -> None:
     """The one release of a permit; the caller holds the queue lock."""
-    if tx.execute(RELEASE_PERMIT, (queue_id,)) != 1:
-        raise PermitInvariantBroken(f"queue {queue_id} had no permit in use to release")
+    tx.transition(RELEASE_PERMIT, (queue_id,), f"release a permit of queue {queue_id}")
 
 
 def _settle(tx: Tx, task: dict, outcome: str, result_text: str | None, error_text: str | None = None) -> None:
     """Give a QUEUED or RUNNING task its final outcome, release its permit if it held one, and
     write its one inbox event (P6). The caller holds the queue lock (when RUNNING) and the task lock."""
     now = tx.now()
-    if tx.execute(SETTLE_TASK, (outcome, result_text, error_text, now, task["id"])) != 1:
-        raise RuntimeError(f"task {task['id']} was not open any more")  # lock held: cannot happen
+    tx.transition(SETTLE_TASK, (outcome, result_text, error_text, now, task["id"]),
+                  f"settle task {task['id']} as {outcome}")
     if task["status"] == "RUNNING":
         _release_permit(tx, task["queue_id"])
-    tx.execute(INSERT_INBOX, (task["id"], task["instance_id"], outcome,
-                              result_text if outcome == "SUCCEEDED" else error_text, now, now))
+    inbox.append(tx, task["id"], task["instance_id"], outcome, result_text if outcome == "SUCCEEDED" else error_text,
+                 now)
 
 
 REQUEUE_TASK = """
@@ -89,7 +81,7 @@ WHERE id = %s AND status = 'RUNNING'
 def _requeue(tx: Tx, task: dict, error_text: str | None) -> None:
     """Same task, next attempt, after backoff (P4). The caller holds queue and task locks."""
     available_at = tx.now() + pulse.retry_delay(task["attempt"])
-    tx.execute(REQUEUE_TASK, (available_at, error_text, task["id"]))
+    tx.transition(REQUEUE_TASK, (available_at, error_text, task["id"]), f"requeue task {task['id']}")
     _release_permit(tx, task["queue_id"])
 
 
@@ -146,9 +138,8 @@ def claim_task(tx: Tx, namespace_id: int, queue: str, worker_id: str, lease_seco
         return None
     token = secrets.token_hex(16)
     lease_expires_at = now + timedelta(seconds=lease_seconds)
-    tx.execute(START_TASK, (token, lease_expires_at, worker_id, task["id"]))
-    if tx.execute(TAKE_PERMIT, (queue_row["id"],)) != 1:
-        raise PermitInvariantBroken(f"queue {queue_row['id']} had no free permit")  # checked above
+    tx.transition(START_TASK, (token, lease_expires_at, worker_id, task["id"]), f"start task {task['id']}")
+    tx.transition(TAKE_PERMIT, (queue_row["id"],), f"take a permit of queue {queue_row['id']}")
     context = tx.one(SELECT_TASK_CONTEXT, (task["activation_id"],))
     audit.record(tx, namespace_id, actor, "task.claim",
                  {"task_id": str(task["id"]), "queue": queue, "worker_id": worker_id, "attempt": task["attempt"] + 1},
@@ -202,7 +193,7 @@ def heartbeat(tx: Tx, namespace_id: int, task_id: int, lease_token: str, lease_s
     _task_queue(tx, namespace_id, task_id, granted_queues)
     task = _lock_leased_task(tx, task_id, lease_token)
     lease_expires_at = tx.now() + timedelta(seconds=lease_seconds)
-    tx.execute(EXTEND_LEASE, (lease_expires_at, task_id, lease_token))
+    tx.transition(EXTEND_LEASE, (lease_expires_at, task_id, lease_token), f"extend the lease of task {task_id}")
     return {"cancel_requested": bool(task["cancel_requested"]), "lease_expires_at": lease_expires_at}
 
 
@@ -290,6 +281,24 @@ def cancel_open_tasks(tx: Tx, activation_id: int) -> list[str]:
             _settle(tx, task, "CANCELLED", None, jsontext.compact({"message": "cancelled before it started"}))
             done.append("CANCELLED")
         else:
-            tx.execute(REQUEST_CANCEL, (task["id"],))
+            tx.transition(REQUEST_CANCEL, (task["id"],), f"request cancellation of task {task['id']}")
             done.append("CANCEL_REQUESTED")
     return done
+
+
+SELECT_NEWEST_TASK = """
+SELECT id, status, completed_at FROM tasks WHERE activation_id = %s ORDER BY id DESC LIMIT 1
+"""
+
+
+def newest_of_activation(tx: Tx, activation_id: int) -> dict | None:
+    """The activation's latest task (`id`, `status`, `completed_at`), not locked."""
+    return tx.one(SELECT_NEWEST_TASK, (activation_id,))
+
+
+SELECT_TASK = "SELECT id, activation_id, kind, status, attempt FROM tasks WHERE id = %s"
+
+
+def read(tx: Tx, task_id: int) -> dict:
+    """A task's identity and state, not locked (for a settled task: final)."""
+    return tx.one(SELECT_TASK, (task_id,))

@@ -28,7 +28,7 @@ def _namespace_id(tx: Tx, name: str) -> int:
     return row["id"]
 
 
-@unit_of_work
+@unit_of_work(replay_on=("uq_namespaces_name",))
 def create_namespace(tx: Tx, name: str) -> dict:
     if tx.one(SELECT_NAMESPACE, (name,)) is not None:
         raise WeaveError(Code.INVALID_STATE, f"namespace {name!r} already exists")
@@ -43,7 +43,7 @@ INSERT INTO queues (namespace_id, name, max_permits, permits_in_use, created_at)
 """
 
 
-@unit_of_work
+@unit_of_work(replay_on=("uq_queues_namespace_name",))
 def create_queue(tx: Tx, namespace: str, name: str, max_permits: int) -> dict:
     namespace_id = _namespace_id(tx, namespace)
     if tx.one(SELECT_QUEUE, (namespace_id, name)) is not None:
@@ -61,7 +61,7 @@ VALUES (%s, %s, 'ACTIVE', %s, %s, %s)
 UPDATE_APPLICATION_STATUS = "UPDATE applications SET status = %s, updated_at = %s WHERE id = %s"
 
 
-@unit_of_work
+@unit_of_work(replay_on=("uq_applications_namespace_name",))
 def create_application(tx: Tx, namespace: str, name: str, signals_per_minute: int | None) -> dict:
     namespace_id = _namespace_id(tx, namespace)
     if tx.one(SELECT_APPLICATION, (namespace_id, name)) is not None:
@@ -80,7 +80,7 @@ def set_application_status(tx: Tx, namespace: str, name: str, status: str) -> di
     app = tx.one(SELECT_APPLICATION, (namespace_id, name))
     if app is None:
         raise WeaveError(Code.NOT_FOUND, f"application {name!r} does not exist in {namespace!r}")
-    tx.execute(UPDATE_APPLICATION_STATUS, (status, tx.now(), app["id"]))
+    tx.transition(UPDATE_APPLICATION_STATUS, (status, tx.now(), app["id"]), f"set application {name!r} {status}")
     audit.record(tx, namespace_id, ADMIN_ACTOR, "application.status",
                  {"application": name, "from": app["status"], "to": status})
     return {"namespace": namespace, "application": name, "status": status}
@@ -134,7 +134,7 @@ def revoke_credential(tx: Tx, namespace: str, credential_id: int) -> dict:
     if row is None:
         raise WeaveError(Code.NOT_FOUND, f"credential {credential_id} does not exist in {namespace!r}")
     if row["revoked_at"] is None:
-        tx.execute(REVOKE_CREDENTIAL, (tx.now(), credential_id))
+        tx.transition(REVOKE_CREDENTIAL, (tx.now(), credential_id), f"revoke credential {credential_id}")
         audit.record(tx, namespace_id, ADMIN_ACTOR, "credential.revoke", {"credential_id": str(credential_id)})
     return {"credential_id": str(credential_id), "revoked": True}
 

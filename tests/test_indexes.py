@@ -68,7 +68,7 @@ def test_request_path_queries_use_their_indexes(populated):
 
 
 def test_signal_queries_use_their_indexes(populated, clock):
-    from weave.sql import signals, waits
+    from weave.sql import signals
 
     database = populated
     row = database.run(lambda tx: tx.one("SELECT id, namespace_id FROM instances WHERE workflow_id = 'w7'"))
@@ -86,7 +86,7 @@ def test_signal_queries_use_their_indexes(populated, clock):
         tx.execute("ANALYZE TABLE signals")
 
     database.run(fill)
-    matching = explain(database, waits.LOCK_PENDING_SIGNALS_OF_GENERATION, (instance_id, "payment", 1))
+    matching = explain(database, signals.LOCK_PENDING_OF_GENERATION, (instance_id, "payment", 1))
     # Any index led by instance_id narrows it to one instance's ≤1024 rows; which one is the planner's call.
     assert keys_used(matching) <= {("signals", "ix_signals_matching"), ("signals", "ix_signals_instance_status"),
                                    ("signals", "uq_signals_idempotency")}

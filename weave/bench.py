@@ -26,6 +26,7 @@ from statistics import median
 
 
 from weave.sql import instances as instance_sql
+from weave.sql import inbox as inbox_sql
 from weave.sql import tasks as task_sql
 from weave.sql import tenancy
 from weave import auth, migrate
@@ -261,7 +262,7 @@ def raw_pulse_worker(bench: Bench, done: list):
             cur.execute("SELECT UTC_TIMESTAMP(6) AS now")
             cur.execute(task_sql.SETTLE_TASK, ("SUCCEEDED", '{"i":1}', None, now, task["id"]))
             cur.execute(task_sql.RELEASE_PERMIT, (queue["id"],))
-            cur.execute(task_sql.INSERT_INBOX, (task["id"], task["instance_id"], "SUCCEEDED", '{"i":1}', now, now))
+            cur.execute(inbox_sql.INSERT_INBOX, (task["id"], task["instance_id"], "SUCCEEDED", '{"i":1}', now, now))
             cur.execute("INSERT INTO audit_records (namespace_id, instance_id, actor, action, at, details) "
                         "VALUES (%s, %s, 'w', 'task.complete', %s, '{}')", (bench.namespace_id, task["instance_id"], now))
             conn.commit()
@@ -344,7 +345,7 @@ def bench_e2e(bench: Bench, workflows: int, workers: int = 8) -> list[dict]:
 
 
 def _in_process_e2e(bench: Bench, workflows: int) -> float:
-    from weave.sql import checkpoints, inbox
+    from weave.sql import checkpoints, engine, inbox
 
     db = bench.database
     app_id = db.run(lambda tx: tx.one("SELECT id FROM applications LIMIT 1"))["id"]
@@ -356,13 +357,13 @@ def _in_process_e2e(bench: Bench, workflows: int) -> float:
     while True:
         did = 0
         for row in db.run(checkpoints.due_candidates, 100):
-            did += checkpoints.process_checkpoint(db, row["id"]) is not None
+            did += engine.process_checkpoint(db, row["id"]) is not None
         while (claimed := task_sql.claim_task(db, bench.namespace_id, QUEUE, "w", 60, 1, "w")) is not None:
             task_sql.complete_task(db, bench.namespace_id, claimed.task_id, claimed.lease_token,
                                    task_sql.Completion("SUCCEEDED", '{"ok":true}'), frozenset({QUEUE}), 1, "w")
             did += 1
         for row in db.run(inbox.due_candidates, 100):
-            did += inbox.consume_inbox_event(db, row["id"]) is not None
+            did += engine.consume_inbox_event(db, row["id"]) is not None
         if not did:
             break
     return time.perf_counter() - started

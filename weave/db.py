@@ -1,15 +1,17 @@
 """Connections, the unit-of-work transaction, the clock seam and driver-error translation.
 
-This is the only module that knows PyMySQL's exceptions. Everything above sees four outcomes:
-success, `DuplicateKey` (a named UNIQUE key fired), `Unavailable` (retries ran out on a
-retryable error) or `DatabaseError` (anything else).
+This is the only module that knows PyMySQL's exceptions. Everything above sees these outcomes:
+success, `DuplicateKey` (a named UNIQUE key fired), `TransitionFailed` (a guarded state change
+matched no row), `Unavailable` (retries ran out on a retryable error) or `DatabaseError`
+(anything else).
 
 A unit of work is a function `fn(tx, *args)` decorated with `@unit_of_work`; callers pass the
 `Database` instead of `tx`. The decorator opens a READ COMMITTED transaction, runs the function,
 commits, and re-runs the *whole* function on deadlock (1213), lock wait timeout (1205), MariaDB's
-"record changed" (1020), a lost connection (2006/2013) or a duplicate key. Re-running on a
-duplicate key is how concurrent inserts of the same identity converge: every unit looks up its
-identity before inserting, so the second run finds the winner's row and replays it.
+"record changed" (1020) or a lost connection (2006/2013). A duplicate key is re-run only when the
+unit names that key in `@unit_of_work(replay_on=(...))`: that is how concurrent inserts of the
+same identity converge (the unit looks up its identity before inserting, so the second run finds
+the winner's row and replays it). A duplicate on any other key is a bug and surfaces at once.
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ class DuplicateKey(DatabaseError):
     def __init__(self, message: str, key: str | None):
         super().__init__(message)
         self.key = key
+
+
+class TransitionFailed(DatabaseError):
+    """A guarded state change (`UPDATE … WHERE id = %s AND status = %s`) matched no row: the unit
+    holds the row's lock and read its state, so this is a bug, never a race. The unit rolls back."""
 
 
 class Retryable(DatabaseError):
@@ -205,6 +212,14 @@ class Tx:
         """Run a statement and return the matched row count."""
         return self.cursor.execute(sql, params)
 
+    def transition(self, sql: str, params: tuple | dict, what: str) -> None:
+        """Run a guarded single-row state change that must match exactly one row, else raise
+        `TransitionFailed` naming `what`: nothing that follows it (events, audit) may be written
+        for a change that did not happen."""
+        matched = self.cursor.execute(sql, params)
+        if matched != 1:
+            raise TransitionFailed(f"{what}: expected to change one row, matched {matched}")
+
     def insert(self, sql: str, params: tuple | dict = ()) -> int:
         """Run an INSERT and return the new AUTO_INCREMENT id."""
         self.cursor.execute(sql, params)
@@ -262,10 +277,13 @@ class Database:
         return self._retrying(unit, lambda: self._run_once(unit, args, kwargs, autocommit=True))
 
     def _retrying(self, unit: Callable, once: Callable[[], T]) -> T:
+        replay_on = getattr(unit, "replay_on", frozenset())
         for attempt in range(1, self.max_attempts + 1):
             try:
                 return once()
             except (Retryable, DuplicateKey) as exc:
+                if isinstance(exc, DuplicateKey) and exc.key not in replay_on:
+                    raise
                 if attempt == self.max_attempts:
                     raise Unavailable(f"{unit.__name__} failed {attempt} times; last error: {exc}") from exc
                 log.info("retrying %s after %s (attempt %d)", unit.__name__, exc, attempt)
@@ -317,11 +335,16 @@ class Database:
             _close_quietly(conn)
 
 
-def unit_of_work(fn: Callable[..., T]) -> Callable[..., T]:
+def unit_of_work(fn: Callable[..., T] | None = None, *, replay_on: tuple[str, ...] = ()):
     """Turn `fn(tx, ...)` into `fn(db, ...)` that runs as one retried transaction.
 
+    `@unit_of_work(replay_on=("uq_…",))` also re-runs the unit when one of those UNIQUE keys
+    fires: the unit declares that such a duplicate means "a concurrent twin won, replay it".
     `fn.once(db, ...)` runs it as one transaction without retries.
     """
+    if fn is None:
+        return lambda f: unit_of_work(f, replay_on=replay_on)
+    fn.replay_on = frozenset(replay_on)
 
     @functools.wraps(fn)
     def run(db: Database, *args: Any, **kwargs: Any) -> T:

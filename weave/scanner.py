@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
-from weave.sql import backoff, checkpoints, inbox, signals, tasks
+from weave.sql import backoff, checkpoints, engine, inbox, signals, tasks
 from weave.db import Database, Tx
 
 log = logging.getLogger("weave.scanner")
@@ -38,8 +38,8 @@ class CandidateSource:
 
 
 SOURCES = (
-    CandidateSource("inbox", inbox.due_candidates, inbox.consume_inbox_event, inbox.FAILURES),
-    CandidateSource("checkpoint", checkpoints.due_candidates, checkpoints.process_checkpoint, checkpoints.FAILURES),
+    CandidateSource("inbox", inbox.due_candidates, engine.consume_inbox_event, inbox.FAILURES),
+    CandidateSource("checkpoint", checkpoints.due_candidates, engine.process_checkpoint, checkpoints.FAILURES),
     CandidateSource("signal_expiry", signals.expiry_candidates, signals.expire_unmatched_signal, signals.FAILURES),
 )
 

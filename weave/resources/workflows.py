@@ -6,7 +6,7 @@ import secrets
 
 import falcon
 
-from weave.sql import events, instances
+from weave.sql import engine, events, instances
 from weave import jsontext
 from weave.errors import Code, WeaveError
 from weave.http import Resource, bounded_value_text, operation, query_int, read_json, send_json
@@ -84,6 +84,6 @@ class WorkflowControl(Resource):
         principal = req.context.principal
         principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:control")
         body = read_json(req, "control", self.body_limit)
-        facts = instances.control(self.database, principal.namespace_id, workflow_id, self.action, body["reason"],
+        facts = engine.control(self.database, principal.namespace_id, workflow_id, self.action, body["reason"],
                                   principal.credential_id, principal.actor)
         send_json(resp, 200, workflow_view(facts))

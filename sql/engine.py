@@ -1,0 +1,305 @@
+"""The engine: everything that advances a workflow, on top of the table modules.
+
+The table modules (`instances`, `activations`, `waits`, `signals`, `tasks`, `inbox`,
+`checkpoints`, `events`, `audit`, …) read, lock, insert and change their own rows; none of them
+imports this module. Here those pieces are put together into what a workflow does:
+
+- `process_checkpoint` (a unit): a ROOT checkpoint advances the instance, a WAIT checkpoint
+  consumes a wait's signal or expires the wait;
+- `consume_inbox_event` (a unit): a task's final outcome settles its step (P7);
+- `control` (a unit): pause, resume, cancel (R1);
+- `advance`: the one place that decides what an instance does next (D3, I3, I4);
+- `activate`: a step's activation with its work (a task, or a wait);
+- `consume_wait`: the winner among a wait's signals, or its expiry (S2.2-S2.8, S1.12);
+- `succeed_step`, `review_step`: settling a step, and what that means for the instance.
+
+Every function runs inside a unit that holds the instance lock, and takes further locks in the
+global order: instance -> activation -> wait -> signals -> tasks.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from weave import jsontext
+from weave.db import Tx, unit_of_work
+from weave.errors import Code, WeaveError
+from weave.rules import control as control_rules
+from weave.rules import correlation, gate, progress
+from weave.rules import signals as signal_rules
+from weave.rules import waits as wait_rules
+from weave.sql import (activations, audit, checkpoints, definitions, events, inbox, instances, signals, tasks,
+                       waits)
+from weave.sql.instances import WorkflowFacts
+from weave.times import rfc3339
+
+SCANNER = "system:scanner"
+# A disabled application blocks new work; nothing announces its re-enabling, so look again later.
+DISABLED_APPLICATION_RECHECK = timedelta(seconds=60)
+
+
+# ---- the scanner's units ----------------------------------------------------------------------------
+
+@unit_of_work
+def process_checkpoint(tx: Tx, checkpoint_id: int) -> str | None:
+    """Look at an instance at a due checkpoint; the checkpoint is deleted in the same transaction."""
+    checkpoint = checkpoints.claim(tx, checkpoint_id)
+    if checkpoint is None:
+        return None  # another scanner has it, or it is done
+    instance = instances.lock(tx, checkpoint["instance_id"])
+    if checkpoint["available_at"] > tx.now():
+        return None  # backed off after a failure: not due yet
+    checkpoints.delete(tx, checkpoint_id)
+    if checkpoint["kind"] == "WAIT":
+        return consume_wait(tx, instance, checkpoint["wait_id"], SCANNER)
+    return advance(tx, instance)
+
+
+@unit_of_work
+def consume_inbox_event(tx: Tx, inbox_id: int) -> str | None:
+    """Apply one task outcome to its step (P7); returns what happened, or None when there was
+    nothing to do. The inbox row is claimed first, then the instance and the activation are locked;
+    the task row is final and only read."""
+    event = inbox.claim(tx, inbox_id)
+    if event is None:
+        return None  # another scanner has it, or it is consumed
+    instance = instances.lock(tx, event["instance_id"])
+    if event["available_at"] > tx.now():
+        return None  # backed off after a failure: not due yet
+    task = tasks.read(tx, event["task_id"])
+    activation = activations.lock(tx, task["activation_id"])
+    inbox.mark_consumed(tx, inbox_id)
+    if task["kind"] != "TASK" or activation["status"] != "ACTIVE":
+        # The step moved on without this task (deadline review, cancellation, recovery): keep the fact.
+        events.append(tx, instance["id"], "TASK_OUTCOME_RECORDED",
+                      {"task_id": str(task["id"]), "outcome": event["outcome"], "step": activation["step_key"],
+                       "activation_status": activation["status"]})
+        return "RECORDED"
+    if event["outcome"] != "SUCCEEDED":
+        review_step(tx, instance, activation, progress.TASK_REVIEW_REASONS[event["outcome"]], SCANNER)
+        return event["outcome"]
+    if activation["deadline_at"] is not None and event["completed_at"] >= activation["deadline_at"]:
+        review_step(tx, instance, activation, progress.STEP_DEADLINE_EXCEEDED, SCANNER)
+        return "LATE"
+    succeed_step(tx, instance, activation, event["result"], SCANNER)
+    return "SUCCEEDED"
+
+
+# ---- control (the API's unit) ---------------------------------------------------------------------
+
+@unit_of_work
+def control(tx: Tx, namespace_id: int, workflow_id: str, action: str, reason: str, credential_id: int,
+            actor: str) -> WorkflowFacts:
+    """R1: pause, resume or cancel, audited with the reason; 409 INVALID_STATE when not allowed."""
+    instance_id = instances.instance_id(tx, namespace_id, workflow_id)
+    if instance_id is None:
+        raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
+    instance = instances.lock(tx, instance_id)
+    target = control_rules.transition(action, instance["status"])
+    if target is None:
+        raise WeaveError(Code.INVALID_STATE, f"cannot {action} a workflow that is {instance['status']}")
+    if action == "cancel":  # in lock order: activations, waits, signals, tasks
+        open_activations = activations.lock_active(tx, instance_id)
+        for activation in open_activations:
+            _settle_step(tx, instance, activation, "CANCELLED", None, None, actor)
+        for wait_id in waits.lock_waiting(tx, instance_id):
+            waits.settle(tx, wait_id, "CANCELLED")
+        signals.reject_all_pending(tx, instance_id, "INSTANCE_SETTLED")
+        for activation in open_activations:
+            tasks.cancel_open_tasks(tx, activation["id"])
+    _move_instance(tx, instance, target.status, target.gate, None, actor, {"action": action, "reason": reason})
+    audit.record(tx, namespace_id, actor, f"workflow.{action}", {"workflow_id": workflow_id, "reason": reason},
+                 instance_id=instance_id, credential_id=credential_id)
+    if action == "resume":
+        checkpoints.schedule_root(tx, instance_id, tx.now())
+    return instances.read_facts(tx, namespace_id, workflow_id)
+
+
+# ---- advancing an instance --------------------------------------------------------------------------
+
+def advance(tx: Tx, instance: dict, actor: str = SCANNER) -> str:
+    """Decide and do the instance's next move; returns the move for logs and tests."""
+    steps = definitions.document(tx, instance["definition_id"], instance["definition_digest"])["steps"]
+    latest = activations.latest(tx, instance["id"])
+    where = progress.frontier([s["key"] for s in steps], {k: a["status"] for k, a in latest.items()})
+    if where.move == progress.FINISHED:
+        if instance["status"] not in gate.TERMINAL:
+            _move_instance(tx, instance, "SUCCEEDED", gate.CLOSED, None, actor)
+        return where.move
+    if where.move == progress.BUSY:
+        if steps[where.index]["type"] == "TASK":  # a wait's deadline is its own WAIT checkpoint's
+            _check_step_deadline(tx, instance, latest[steps[where.index]["key"]], actor)
+        return where.move
+    if where.move == progress.STUCK:
+        return where.move
+    verdict = gate.new_work(gate.GateFacts(instance["status"], instance["gate"], instance["application_status"],
+                                           instance["deadline_at"], tx.now()))
+    if verdict == gate.GO:
+        activate(tx, instance, steps[where.index], where.index, 1, actor)
+        return "ACTIVATED"
+    if verdict == gate.DEADLINE_EXCEEDED:
+        _move_instance(tx, instance, "NEEDS_REVIEW", gate.CLOSED, "DEADLINE_EXCEEDED", actor)
+    elif verdict == gate.HOLD and instance["application_status"] != "ACTIVE" and instance["status"] == "RUNNING":
+        checkpoints.schedule_root(tx, instance["id"], tx.now() + DISABLED_APPLICATION_RECHECK)
+    return verdict
+
+
+def activate(tx: Tx, instance: dict, step: dict, index: int, sequence: int, actor: str) -> int:
+    """Create activation `sequence` of `step` with its work: a task for TASK steps, a wait for
+    SIGNAL steps (S2.1); returns the activation id."""
+    now = tx.now()
+    deadline_at = now + timedelta(seconds=step["timeout_seconds"])
+    activation = activations.insert(tx, instance["id"], step["key"], index, sequence, deadline_at)
+    data = {"step": step["key"], "activation_sequence": sequence, "deadline_at": rfc3339(deadline_at)}
+    review_reason = None
+    if step["type"] == "TASK":
+        task_id = tasks.create(tx, instance["namespace_id"], step["queue"], instance["id"], activation["id"], "TASK",
+                               step.get("max_attempts", 3), deadline_at)
+        data["task_id"] = str(task_id)
+        # Look again at the step deadline: a step whose task has not finished by then goes to review.
+        checkpoints.schedule_root(tx, instance["id"], deadline_at)
+    elif step["type"] == "SIGNAL":
+        try:
+            context = instances.context(tx, instance["id"], instance["workflow_id"], instance["input"],
+                                        jsontext.loads)
+            key = correlation.correlation_key(context, step["correlation"])
+        except correlation.Unresolved as exc:
+            review_reason, data["problem"] = "CORRELATION_UNRESOLVED", str(exc)
+        else:
+            wait_id = waits.insert(tx, instance["id"], activation, step, step["signal"], key, deadline_at)
+            # One look now scans the early signals (S2.1); one at the deadline expires the wait (S2.6).
+            checkpoints.schedule_wait(tx, instance["id"], wait_id, now)
+            checkpoints.schedule_wait(tx, instance["id"], wait_id, deadline_at)
+            data["wait_id"] = str(wait_id)
+    else:
+        # POLL steps (query rounds racing a final signal) are not built yet: hand the step to an
+        # operator rather than pretend to poll.
+        review_reason = "STEP_TYPE_NOT_AVAILABLE"
+    events.append(tx, instance["id"], "STEP_ACTIVATED", data)
+    audit.record(tx, instance["namespace_id"], actor, "step.activate", data, instance_id=instance["id"])
+    if review_reason:
+        review_step(tx, instance, activation, review_reason, actor)
+    return activation["id"]
+
+
+def _check_step_deadline(tx: Tx, instance: dict, latest: dict, actor: str) -> None:
+    """P7: a TASK step whose deadline passed without a final task outcome goes to review.
+
+    A task that finished before the deadline still counts: its inbox event decides, even when it
+    is consumed late (the scanner may have been down).
+    """
+    if latest["deadline_at"] is None or tx.now() < latest["deadline_at"]:
+        return
+    task = tasks.newest_of_activation(tx, latest["id"])
+    if task is not None and task["completed_at"] is not None and task["completed_at"] < latest["deadline_at"]:
+        return
+    activation = activations.lock(tx, latest["id"])
+    if activation["status"] != "ACTIVE":
+        return
+    review_step(tx, instance, activation, progress.STEP_DEADLINE_EXCEEDED, actor)
+    tasks.cancel_open_tasks(tx, activation["id"])
+
+
+# ---- consuming a wait's signal -------------------------------------------------------------------------
+
+def consume_wait(tx: Tx, instance: dict, wait_id: int, actor: str) -> str:
+    """A WAIT checkpoint: take the winner, reject what cannot win, or expire at the deadline (S2.2-S2.8).
+
+    The caller holds the instance lock; the activation, the wait and the generation's signals are
+    locked here, in that order. Everything below commits together or not at all (S2.8).
+    """
+    found = waits.status(tx, wait_id)
+    if found is None or found["status"] != "WAITING":
+        return "SETTLED"
+    activation = activations.lock(tx, found["activation_id"])
+    wait = waits.lock(tx, wait_id)
+    if wait["status"] != "WAITING":
+        return "SETTLED"
+    pending = signals.lock_pending_of_generation(tx, instance["id"], wait["step_key"], wait["activation_sequence"])
+    verdict = wait_rules.adjudicate(
+        wait_rules.WaitFacts(wait["name"], wait["payload_version"], wait["correlation"], wait["deadline_at"]),
+        [wait_rules.PendingSignal(s["id"], s["name"], s["payload_version"], s["correlation"], s["accepted_at"])
+         for s in pending], tx.now())
+    for signal_id, disposition in verdict.rejected.items():
+        signals.reject(tx, signal_id, disposition)
+        events.append(tx, instance["id"], "SIGNAL_REJECTED", {"signal_id": str(signal_id), "disposition": disposition})
+    if verdict.winner is not None:
+        winner = next(s for s in pending if s["id"] == verdict.winner)
+        if not _proof_holds(tx, instance, winner):
+            review_step(tx, instance, activation, "ACCEPTANCE_PROOF_MISMATCH", actor)
+            events.append(tx, instance["id"], "SIGNAL_PROOF_MISMATCH", {"signal_id": str(winner["id"])})
+            return "PROOF_MISMATCH"
+        signals.consume(tx, winner["id"], wait_id)
+        waits.satisfy(tx, wait_id, winner["id"])
+        events.append(tx, instance["id"], "SIGNAL_CONSUMED", {"signal_id": str(winner["id"]), "wait_id": str(wait_id)})
+        audit.record(tx, instance["namespace_id"], actor, "signal.consume",
+                     {"signal_id": str(winner["id"]), "wait_id": str(wait_id), "step": wait["step_key"],
+                      "activation_sequence": wait["activation_sequence"]}, instance_id=instance["id"])
+        result = winner["payload"] if winner["payload_present"] and winner["payload"] is not None else "null"
+        succeed_step(tx, instance, activation, result, actor)
+        return "CONSUMED"
+    if verdict.expire:
+        waits.settle(tx, wait_id, "EXPIRED")
+        events.append(tx, instance["id"], "WAIT_EXPIRED", {"wait_id": str(wait_id), "step": wait["step_key"]})
+        review_step(tx, instance, activation, "WAIT_EXPIRED", actor)
+        return "EXPIRED"
+    return "WAITING"
+
+
+def _proof_holds(tx: Tx, instance: dict, signal: dict) -> bool:
+    """S1.12: the stored signal still gives the digest recorded in its acceptance audit record."""
+    fields = {"name": signal["name"], "payload_version": signal["payload_version"],
+              "target_step_key": signal["target_step_key"],
+              "target_activation_sequence": signal["target_activation_sequence"],
+              "correlation_key": signal["correlation"].decode("utf-8", "surrogateescape"),
+              "reason": signal["reason"], "evidence_ref": signal["evidence_ref"]}
+    try:
+        payload = jsontext.loads(signal["payload"]) if signal["payload_present"] else signal_rules.ABSENT
+    except jsontext.JsonRejected:
+        return False
+    recorded = audit.acceptance_digest(tx, instance["id"], signal["id"])
+    if recorded is None or recorded != signal["request_digest"]:
+        return False
+    return signal_rules.request_digest(fields, payload) == recorded
+
+
+# ---- settling a step, and the instance's state ---------------------------------------------------------
+
+def succeed_step(tx: Tx, instance: dict, activation: dict, result_text: str, actor: str) -> str:
+    """The step succeeded with `result_text`; the instance moves on (its successor, or SUCCEEDED)."""
+    _settle_step(tx, instance, activation, "SUCCEEDED", result_text, None, actor)
+    return advance(tx, instance, actor)
+
+
+def review_step(tx: Tx, instance: dict, activation: dict, reason: str, actor: str) -> dict:
+    """The step needs an operator: it goes NEEDS_REVIEW and takes the instance with it (gate
+    CLOSED) unless the instance has already ended. Returns the instance as it is afterwards."""
+    _settle_step(tx, instance, activation, "NEEDS_REVIEW", None, reason, actor)
+    if instance["status"] in gate.TERMINAL:
+        return instance
+    return _move_instance(tx, instance, "NEEDS_REVIEW", gate.CLOSED, reason, actor, {"step": activation["step_key"]})
+
+
+def _settle_step(tx: Tx, instance: dict, activation: dict, status: str, result_text: str | None,
+                 review_reason: str | None, actor: str) -> None:
+    """The locked ACTIVE activation ends in `status`, with its event and audit record."""
+    activations.settle(tx, activation["id"], status, result_text, review_reason)
+    data = {"step": activation["step_key"], "activation_sequence": activation["activation_sequence"]}
+    if review_reason:
+        data["review_reason"] = review_reason
+    events.append(tx, instance["id"], f"STEP_{status}", data)
+    audit.record(tx, instance["namespace_id"], actor, "step.settle", {**data, "status": status},
+                 instance_id=instance["id"])
+
+
+def _move_instance(tx: Tx, instance: dict, status: str, gate_state: str, review_reason: str | None, actor: str,
+                   event_data: dict | None = None) -> dict:
+    """Move the locked instance to (status, gate, review_reason) with its event and audit record;
+    returns the instance as it is afterwards."""
+    moved = instances.move(tx, instance, status, gate_state, review_reason)
+    data = {"status": status, "gate": gate_state, "review_reason": review_reason, **(event_data or {})}
+    events.append(tx, instance["id"], f"WORKFLOW_{status}", data)
+    audit.record(tx, instance["namespace_id"], actor, "workflow.state",
+                 {"from": {"status": instance["status"], "gate": instance["gate"]}, "to": data},
+                 instance_id=instance["id"])
+    return moved
