@@ -47,9 +47,7 @@ def problems(document: dict) -> list[Problem]:
         contract = step.get(contract_field) if contract_field else None
         if contract is not None:
             where = f"/steps/{i}/{contract_field}/payload_schema"
-            why = schemas.schema_problems(contract["payload_schema"])
-            if why:
-                found.append(Problem(where, f"not a valid Draft 2020-12 schema: {why}"))
+            found += [Problem(where + inner, why) for inner, why in schemas.schema_problems(contract["payload_schema"])]
             found.extend(_remote_refs(contract["payload_schema"], where))
     return found
 

@@ -16,6 +16,10 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from weave.errors import Code, WeaveError
+from weave.schemas import linear
+
+# Every schema this process validates with runs its regular expressions on RE2 (linear.py).
+linear.install()
 
 MAX_REPORTED_ERRORS = 20
 MAX_MESSAGE_CHARS = 300
@@ -35,7 +39,7 @@ def _validator(name: str) -> Draft202012Validator:
 
 
 def pointer(path) -> str:
-    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+    return "".join("/" + linear.escape(str(part)) for part in path)
 
 
 def _message(error) -> str:
@@ -65,7 +69,7 @@ _payload_validators: dict[str, Draft202012Validator] = {}
 _PAYLOAD_VALIDATORS_LIMIT = 4096
 
 
-def payload_validator(payload_schema: Any) -> Draft202012Validator:
+def payload_validator(payload_schema: Any) -> linear.PayloadValidator:
     """A compiled validator for a signal contract's payload schema, cached by its sorted JSON text.
 
     The key is made with the C encoder on every signal, so it must be cheap; it is an identity for
@@ -76,14 +80,15 @@ def payload_validator(payload_schema: Any) -> Draft202012Validator:
     if found is None:
         if len(_payload_validators) >= _PAYLOAD_VALIDATORS_LIMIT:
             _payload_validators.clear()
-        found = _payload_validators[key] = Draft202012Validator(payload_schema)
+        found = _payload_validators[key] = linear.PayloadValidator(payload_schema)
     return found
 
 
-def schema_problems(candidate: Any) -> str | None:
-    """Why `candidate` is not a valid Draft 2020-12 schema, or None when it is."""
+def schema_problems(candidate: Any) -> list[tuple[str, str]]:
+    """(pointer inside `candidate`, why) for what makes it unusable as a payload schema: not a
+    valid Draft 2020-12 schema, or a regular expression RE2 cannot run. Empty when usable."""
     try:
         Draft202012Validator.check_schema(candidate)
     except SchemaError as exc:
-        return _message(exc)
-    return None
+        return [("", f"not a valid Draft 2020-12 schema: {_message(exc)}")]
+    return list(linear.pattern_problems(candidate))

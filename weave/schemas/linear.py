@@ -1,0 +1,142 @@
+"""Payload validation that stays linear on hostile schemas and payloads (issue 10, items 2-3).
+
+A payload schema is written by whoever may publish definitions, and a payload by whoever may
+send signals; neither may make one validation cost more than time proportional to its size.
+jsonschema's stock keywords have two ways to do that:
+
+- Regular expressions (`pattern`, `patternProperties`, and through them `additionalProperties`
+  and `unevaluatedProperties`) run on Python's backtracking `re`: `^(a+)+$` against 26 characters
+  costs seconds. Here every regular expression of a schema runs on RE2, which matches in linear
+  time. RE2 refuses what needs backtracking (back-references, look-around): such a pattern is
+  refused at publish (`pattern_problems`), so no stored contract ever needs it.
+- `uniqueItems` compares every pair of items once sorting fails (objects): quadratic. Here it
+  hashes each item's JSON Schema identity once (`1` equals `1.0`, member order does not count,
+  `true` is not `1`).
+
+jsonschema reaches `re` through its keyword modules in four places, two of them deep inside
+helpers (`find_additional_properties`, `find_evaluated_property_keys_by_schema`); rather than
+copy those helpers, the `re` those two modules see is replaced by `LinearRe`, which offers the
+one function they call. `install()` refuses to run against a jsonschema whose modules no longer
+use the standard `re` there, so an upgrade that moves this code fails the tests instead of
+silently going back to backtracking.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from decimal import Decimal
+from typing import Any, Iterator
+
+import jsonschema._keywords
+import jsonschema._utils
+import re2
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import ValidationError
+
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False  # a refused pattern is reported to the publisher, not to stderr
+_COMPILED_CACHE_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=_COMPILED_CACHE_SIZE)
+def compile_pattern(pattern: str):
+    """The RE2 form of a schema's regular expression; raises `re2.error` when RE2 cannot run it."""
+    return re2.compile(pattern, _OPTIONS)
+
+
+class LinearRe:
+    """What jsonschema's keyword code uses of the `re` module, matched by RE2."""
+
+    error = re2.error
+
+    @staticmethod
+    def search(pattern: str, string: str):
+        return compile_pattern(pattern).search(string)
+
+
+def install() -> None:
+    for module in (jsonschema._keywords, jsonschema._utils):
+        if module.re is LinearRe:
+            continue
+        if module.re is not re:
+            raise RuntimeError(f"{module.__name__} no longer uses `re` as Weave expects; review weave/schemas/linear.py")
+        module.re = LinearRe
+
+
+# ---- uniqueItems in linear time -------------------------------------------------------------------
+
+_TRUE, _FALSE = object(), object()  # equal only to themselves: JSON's true is not 1, false is not 0
+
+
+def identity(value: Any) -> Any:
+    """A hashable form of a JSON value under JSON Schema's equality. Python's own equality already
+    is JSON Schema's for strings, numbers (`1 == Decimal("1.0")`, with equal hashes) and null; only
+    booleans (`True == 1` in Python), arrays and objects need a form of their own."""
+    if isinstance(value, dict):
+        return frozenset((key, identity(item)) for key, item in value.items())  # member order does not count
+    if isinstance(value, list):
+        return tuple(map(identity, value))
+    if value is True:
+        return _TRUE
+    if value is False:
+        return _FALSE
+    return value
+
+
+def unique_items(validator, unique: bool, instance: Any, schema: dict) -> Iterator[ValidationError]:
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen = set()
+    for index, item in enumerate(instance):
+        key = identity(item)
+        if key in seen:
+            yield ValidationError(f"item {index} repeats an earlier item; the items must be unique")
+            return
+        seen.add(key)
+
+
+PayloadValidator = validators.extend(Draft202012Validator, {"uniqueItems": unique_items})
+
+
+# ---- refusing at publish what RE2 cannot run ---------------------------------------------------------
+
+# Keywords whose value is a schema, a list of schemas, or a map of names to schemas (Draft 2020-12).
+_SCHEMA = ("additionalProperties", "items", "contains", "not", "if", "then", "else", "propertyNames",
+           "unevaluatedItems", "unevaluatedProperties", "contentSchema", "additionalItems")
+_SCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_MAP = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
+
+
+def pattern_problems(schema: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """(pointer, why) for every regular expression in `schema` that RE2 cannot compile."""
+    if not isinstance(schema, dict):
+        return
+    candidates = []
+    if isinstance(schema.get("pattern"), str):
+        candidates.append((f"{where}/pattern", schema["pattern"]))
+    if isinstance(schema.get("patternProperties"), dict):
+        candidates += [(f"{where}/patternProperties/{escape(key)}", key) for key in schema["patternProperties"]]
+    for pointer, pattern in candidates:
+        try:
+            compile_pattern(pattern)
+        except re2.error as exc:
+            reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+            yield pointer, f"the pattern cannot run in linear time (RE2: {reason}); back-references and " \
+                           "look-around are not supported"
+    for keyword in _SCHEMA:
+        if keyword in schema:
+            yield from pattern_problems(schema[keyword], f"{where}/{keyword}")
+    for keyword in _SCHEMA_LIST:
+        if isinstance(schema.get(keyword), list):
+            for i, sub in enumerate(schema[keyword]):
+                yield from pattern_problems(sub, f"{where}/{keyword}/{i}")
+    for keyword in _SCHEMA_MAP:
+        if isinstance(schema.get(keyword), dict):
+            for key, sub in schema[keyword].items():
+                yield from pattern_problems(sub, f"{where}/{keyword}/{escape(key)}")
+
+
+def escape(token: str) -> str:
+    """One JSON Pointer reference token (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")
