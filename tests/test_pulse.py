@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import task_steps
+from helpers import task_steps
 from weave.sql import tasks
 
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from conftest import task_steps
+from helpers import task_steps
 from weave.sql import engine, instances, tasks
 from weave.db import DatabaseClock
 from weave.scanner import Scanner
@@ -195,7 +195,7 @@ def test_k3_scan_once_prints_one_structured_line(flow, database, clock, config):
 
 def waiting_backlog(flow, database, clock, count):
     """`count` instances whose payment wait is WAITING, set up through the units (fast, real time)."""
-    from conftest import signal_flow_definition
+    from helpers import signal_flow_definition
 
     use_real_time(database, clock)
     flow.publish(signal_flow_definition(timeout=3600))
@@ -213,7 +213,7 @@ def waiting_backlog(flow, database, clock, count):
 
 
 def test_s2_5_one_winner_when_twenty_matching_signals_race_two_scanner_processes(flow, database, clock, config):
-    from conftest import payment
+    from helpers import payment
 
     waiting_backlog(flow, database, clock, 16)
     for i in range(16):
@@ -251,7 +251,7 @@ def check_consumption_is_whole(flow):
 
 
 def test_s2_8_sigkill_at_random_points_of_consumption_never_leaves_a_partial_one(flow, database, clock, config):
-    from conftest import payment
+    from helpers import payment
 
     total = 500
     waiting_backlog(flow, database, clock, total)

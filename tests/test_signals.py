@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from conftest import ABSENT, payment, signal_flow_definition
+from helpers import ABSENT, payment, signal_flow_definition
 from weave.sql import tenancy
 from weave import auth
 

@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 
-from conftest import task_steps
+from helpers import task_steps
 from weave.sql import tenancy
 
 

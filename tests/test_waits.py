@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from conftest import payment, signal_flow_definition
+from helpers import payment, signal_flow_definition
 from weave.sql import tenancy
 
 
