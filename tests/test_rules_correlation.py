@@ -65,20 +65,11 @@ def test_d2_unresolvable_pointer(pointer):
 
 
 # RFC 6901 array-index = %x30 / ( %x31-39 *(%x30-39) ): ASCII digits only. The definition schema's
-# pointer pattern lets any other character through, so these reach the rule.
-@pytest.mark.parametrize("pointer", [
-    pytest.param("/input/items/\u0661", id="d2_arabic_indic_digit_is_not_an_index",
-                 marks=pytest.mark.xfail(strict=True, reason="str.isdigit() accepts non-ASCII digits: the pointer "
-                                                             "resolves to items[1] instead of being unresolved")),
-    pytest.param("/input/items/\u00b2", id="d2_superscript_two_is_not_an_index",
-                 marks=pytest.mark.xfail(strict=True, raises=ValueError,
-                                         reason="str.isdigit() accepts '²' and int('²') raises a plain ValueError, "
-                                                "not Unresolved: activation does not catch it, so the step never "
-                                                "goes NEEDS_REVIEW/CORRELATION_UNRESOLVED")),
-    pytest.param("/input/items/\uff11", id="d2_fullwidth_digit_is_not_an_index",
-                 marks=pytest.mark.xfail(strict=True, reason="str.isdigit() accepts non-ASCII digits: the pointer "
-                                                             "resolves to items[1] instead of being unresolved")),
-])
+# pointer pattern lets any other character through, so these reach the rule ('²' used to raise a
+# plain ValueError, which activation does not catch).
+@pytest.mark.parametrize("pointer", ["/input/items/\u0661", "/input/items/\u00b2", "/input/items/\uff11"],
+                         ids=["d2_arabic_indic_digit_is_not_an_index", "d2_superscript_two_is_not_an_index",
+                              "d2_fullwidth_digit_is_not_an_index"])
 def test_d2_only_ascii_digits_index_an_array(pointer):
     with pytest.raises(Unresolved):
         resolve(CONTEXT, pointer)

@@ -87,9 +87,6 @@ def test_s2_2_verdict_does_not_depend_on_the_order_signals_are_given_in():
     assert adjudicate(WAIT, pending[::-1], T0) == expected
 
 
-@pytest.mark.xfail(strict=True, reason="weave/rules/waits.py rejects every signal after the winner as WAIT_SETTLED, "
-                                       "also those that do not match; S2.2 says CORRELATION_MISMATCH wherever they "
-                                       "stand and WAIT_SETTLED only for matching signals that lost")
 @pytest.mark.parametrize("mismatch", [
     sig(2, T0 + SECOND, b"o-2"),
     sig(2, T0, b"o-2"),  # equal time, larger id: after the winner in (accepted_at, signal_id) order

@@ -61,6 +61,18 @@ def test_s2_2_the_wait_freezes_its_contract_and_the_first_match_by_acceptance_ti
     assert wf.workflow("order-1")["steps"][1]["result"] == {"amount": 1}
 
 
+def test_s2_2_a_mismatch_after_the_winner_is_still_a_correlation_mismatch(wf, clock):
+    first = wf.send("order-1", "k1", payment())
+    clock.advance(1)
+    mismatch = wf.send("order-1", "k2", payment("o-2"))
+    loser = wf.send("order-1", "k3", payment(payload={"amount": 3}))
+    activate_payment(wf)
+    assert [(str(r["id"]), r["status"], r["disposition"]) for r in signal_rows(wf)] == [
+        (first.json["signal_id"], "CONSUMED", None),
+        (mismatch.json["signal_id"], "REJECTED", "CORRELATION_MISMATCH"),
+        (loser.json["signal_id"], "REJECTED", "WAIT_SETTLED")]
+
+
 def test_d2_correlation_pointer_must_resolve_to_a_string(flow):
     flow.publish(signal_flow_definition())
     flow.start("order-1", input={"order_id": 42})

@@ -24,7 +24,9 @@ def resolve(document: Any, pointer: str) -> Any:
                 raise Unresolved(f"{pointer}: no member {token!r}")
             node = node[token]
         elif isinstance(node, list):
-            if not (token.isdigit() and (token == "0" or not token.startswith("0"))) or int(token) >= len(node):
+            # RFC 6901 indexes are ASCII digits; str.isdigit() alone also takes '١', '１' and '²'.
+            if (not (token.isascii() and token.isdigit() and (token == "0" or not token.startswith("0")))
+                    or int(token) >= len(node)):
                 raise Unresolved(f"{pointer}: no element {token!r}")
             node = node[int(token)]
         else:

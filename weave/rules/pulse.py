@@ -6,13 +6,18 @@ from datetime import timedelta
 
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 300.0
+MAX_DOUBLINGS = 64  # far past any cap: 2**64 seconds is longer than the universe is old
 
 REQUEUE = "REQUEUE"
 
 
 def retry_delay(attempt: int, base: float = RETRY_BASE_SECONDS, cap: float = RETRY_CAP_SECONDS) -> timedelta:
-    """Exponential backoff after attempt `attempt` (1-based) failed: base, 2·base, 4·base … ≤ cap."""
-    return timedelta(seconds=min(cap, base * 2 ** max(0, attempt - 1)))
+    """Exponential backoff after attempt `attempt` (1-based) failed: base, 2·base, 4·base … ≤ cap.
+
+    The exponent is bounded before it is used: scanner source rows count failures without limit,
+    and 2.0 ** 1024 overflows a float."""
+    doublings = min(max(0, attempt - 1), MAX_DOUBLINGS)
+    return timedelta(seconds=min(cap, base * 2 ** doublings))
 
 
 def after_failure(retryable: bool, attempt: int, max_attempts: int, cancel_requested: bool) -> str:

@@ -34,11 +34,12 @@ def adjudicate(wait: WaitFacts, pending: list[PendingSignal], now: datetime) -> 
     """`pending`: the PENDING signals of the wait's generation (step and activation sequence)."""
     verdict = Verdict()
     for signal in sorted(pending, key=lambda s: (s.accepted_at, s.id)):
-        if verdict.winner is not None:
-            verdict.rejected[signal.id] = "WAIT_SETTLED"
-        elif (wait.payload_version is None or signal.name != wait.name
-              or signal.payload_version != wait.payload_version or signal.correlation != wait.correlation):
+        # A mismatch is a mismatch wherever it stands; WAIT_SETTLED is only for matching losers.
+        if (wait.payload_version is None or signal.name != wait.name
+                or signal.payload_version != wait.payload_version or signal.correlation != wait.correlation):
             verdict.rejected[signal.id] = "CORRELATION_MISMATCH"
+        elif verdict.winner is not None:
+            verdict.rejected[signal.id] = "WAIT_SETTLED"
         elif signal.accepted_at >= wait.deadline_at:
             verdict.rejected[signal.id] = "LATE"  # equal to the deadline is late
         else:
