@@ -47,6 +47,15 @@ def test_nan_is_refused(client, writer):
     assert post_raw(client, "/v1/namespaces/acme/workflows", body, writer).status_code == 400
 
 
+def test_issue_10_11_a_number_no_common_parser_reads_is_422_and_stores_nothing(client, database, writer):
+    assert post_raw(client, "/v1/namespaces/acme/definitions", json.dumps(DOC).encode(), writer).status_code == 201
+    body = b'{"definition": "order", "version": 1, "input": {"n": ' + b"7" * 4301 + b'}, "deadline_seconds": 5}'
+    result = post_raw(client, "/v1/namespaces/acme/workflows", body, writer)
+    assert (result.status_code, result.json["code"]) == (422, "VALIDATION_FAILED")
+    assert "4301 characters; at most 1000" in result.json["detail"]
+    assert count(database, "instances") == 0
+
+
 def test_wrong_content_type_is_415(client, database, writer):
     result = post_raw(client, "/v1/namespaces/acme/definitions", json.dumps(DOC).encode(), writer, "text/plain")
     assert (result.status_code, result.json["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")

@@ -49,9 +49,16 @@ def test_body_that_is_not_utf8_is_refused():
         jsontext.loads(b'"\xff"')
 
 
-def test_integers_beyond_pythons_digit_limit_stay_exact():
-    digits = "9" * 6000
-    assert jsontext.compact(jsontext.loads(digits)) == digits
+@pytest.mark.parametrize("number", ["9" * 1000, "-" + "9" * 999, "0." + "1" * 998])
+def test_numbers_up_to_the_bound_stay_exact(number):
+    assert jsontext.compact(jsontext.loads(number)) == number
+    assert jsontext.compact(jsontext.loads(f'{{"n":[{number}]}}')) == f'{{"n":[{number}]}}'
+
+
+@pytest.mark.parametrize("number", ["9" * 1001, "-" + "9" * 1000, "0." + "1" * 999, "9" * 4301, "1" * 997 + "e-10"])
+def test_issue_10_11_numbers_longer_than_the_bound_are_refused(number):
+    with pytest.raises(jsontext.NumberTooLong, match="at most 1000"):
+        jsontext.loads(f'{{"n":{number}}}')
 
 
 def test_non_ascii_is_written_as_utf8_and_pairs_survive():

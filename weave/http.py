@@ -85,6 +85,8 @@ def read_json(req: falcon.Request, schema: str, limit: int) -> Any:
         raise WeaveError(Code.INVALID_JSON, "the body is empty; a JSON document is required")
     try:
         value = jsontext.loads(raw)
+    except jsontext.NumberTooLong as exc:
+        raise WeaveError(Code.VALIDATION_FAILED, f"the body holds {exc}") from None
     except jsontext.JsonRejected as exc:
         raise WeaveError(Code.INVALID_JSON, f"the body is not acceptable JSON: {exc}") from None
     schemas.validate(schema, value)

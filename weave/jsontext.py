@@ -1,7 +1,10 @@
 """Exact JSON: parse without losing anything, serialise compactly, digest canonically (S1.11).
 
 - Numbers keep their exact decimal value: integers become `int`, everything else `Decimal`.
-- Duplicate object keys, NaN and Infinity are refused (`JsonRejected`).
+- Duplicate object keys, NaN and Infinity are refused (`JsonRejected`), and so is a number of
+  more than `MAX_NUMBER_CHARS` characters (`NumberTooLong`): every common parser reads that
+  many (Jackson's default limit, well below Python's 4,300 digits for an int), so what Weave
+  stores and echoes back, every client can read.
 - `compact()` writes members in their original order with no whitespace: this is what is stored.
 - `canonical()` sorts object members: this is what request digests are taken over, so that two
   clients sending the same content in another member order get the same digest.
@@ -26,6 +29,13 @@ class JsonRejected(ValueError):
     """The text is not JSON that Weave accepts; the message says why."""
 
 
+class NumberTooLong(JsonRejected):
+    """A number longer than `MAX_NUMBER_CHARS`: valid JSON, but not something clients can read back."""
+
+
+MAX_NUMBER_CHARS = 1000
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     obj: dict = {}
     for key, value in pairs:
@@ -39,13 +49,16 @@ def _no_constants(name: str) -> Any:
     raise JsonRejected(f"{name} is not a JSON number")
 
 
-def _exact_int(text: str) -> int | Decimal:
-    # Python refuses to convert ints of more than 4300 digits to and from text; Decimal has no cap.
-    return int(text) if len(text) <= 4000 else Decimal(text)
+def _bounded(number: type) -> Any:
+    def parse(text: str) -> Any:
+        if len(text) > MAX_NUMBER_CHARS:
+            raise NumberTooLong(f"a number of {len(text)} characters; at most {MAX_NUMBER_CHARS} are accepted")
+        return number(text)
+    return parse
 
 
 _DECODER = json.JSONDecoder(
-    object_pairs_hook=_no_duplicates, parse_float=Decimal, parse_int=_exact_int,
+    object_pairs_hook=_no_duplicates, parse_float=_bounded(Decimal), parse_int=_bounded(int),
     parse_constant=_no_constants, strict=True,
 )
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
