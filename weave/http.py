@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -19,6 +20,8 @@ from weave.sql import tenancy
 from weave import auth, jsontext, schemas
 from weave.db import Database
 from weave.errors import Code, WeaveError
+
+log = logging.getLogger(__name__)
 
 JSON = "application/json"
 VALUE_LIMIT_BYTES = 256 * 1024  # a workflow input, a task result, a signal payload (serialised)
@@ -51,17 +54,32 @@ class Resource:
 
 
 class Authenticate:
-    """Falcon middleware: every non-public responder runs with `req.context.principal` set."""
+    """Falcon middleware: every responder runs only as its `@operation` mark allows.
+
+    A responder without a mark is never run; a public one runs without a token; any other runs
+    with `req.context.principal` set from a current bearer token (else 401).
+    """
 
     def __init__(self, database: Database):
         self.database = database
 
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource, params) -> None:
         if resource is None:
-            return
+            return  # no route: Falcon answers 404 itself
+        # Weave mounts no route with a suffix (`add_route(..., suffix=...)`), so this is the very
+        # responder Falcon is about to call.
         responder = getattr(resource, f"on_{req.method.lower()}", None)
+        if responder is None:
+            return  # Falcon's own responder (405, OPTIONS): none of our code runs
         meta = getattr(responder, "operation", None)
-        if meta is None or meta.public:
+        if meta is None:
+            # Undeclared means not part of the API: the OpenAPI document, built from the same marks,
+            # does not list it. So it is answered like an unknown route, before any token is looked
+            # at; 403 would say that some other credential could be let in, and none can.
+            log.error("refused %s %s: %s.%s has no @operation", req.method, req.path,
+                      type(resource).__name__, responder.__name__)
+            raise WeaveError(Code.NOT_FOUND, f"no operation {req.method} {req.path}")
+        if meta.public:
             return
         token = auth.bearer_token(req.get_header("Authorization"))
         principal = tenancy.authenticate(self.database, auth.token_hash(token))
