@@ -43,10 +43,11 @@ class Principal:
     scopes: frozenset[str]
     queues: frozenset[str]
 
-    def require(self, namespace: str, not_found: Code, *any_of_scopes: str) -> None:
+    def require(self, namespace: str | None, not_found: Code, *any_of_scopes: str) -> None:
         """Refuse unless the request is in our namespace (else 404) and holds one of the scopes (else 403).
 
         Another namespace is answered exactly like a missing object, so nothing leaks across tenants.
+        `weave.http.Authenticate` calls it for every operation, from the operation's declaration.
         """
         if namespace != self.namespace:
             raise WeaveError(not_found, "no such object in this namespace")

@@ -1,9 +1,11 @@
-"""What every resource shares: operation metadata, authentication, bounded exact-JSON bodies.
+"""What every resource shares: operation metadata, authorization, bounded exact-JSON bodies.
 
-- `@operation(...)` marks a responder with what OpenAPI needs (summary, scopes, request schema,
-  statuses); `weave.openapi` reads these marks, so the document lists exactly what is served.
-- `Authenticate` middleware resolves the bearer token once per request into
-  `req.context.principal` for every responder not marked `public`.
+- `@operation(...)` marks a responder with what OpenAPI and authorization need (summary, scopes,
+  not-found code, request schema, statuses); `weave.openapi` reads these marks, so the document
+  lists exactly what is served.
+- `Authenticate` middleware is the one place that authorizes a request from that mark: it
+  refuses an unmarked responder, and for every responder not marked `public` it resolves the
+  bearer token into `req.context.principal` and checks namespace (404) and scope (403).
 - `read_json(req, schema, limit)` enforces the body cap before reading (413), the media type
   (415), exact JSON (400) and the schema (422).
 """
@@ -30,12 +32,18 @@ VALUE_LIMIT_BYTES = 256 * 1024  # a workflow input, a task result, a signal payl
 @dataclass(frozen=True)
 class Operation:
     summary: str
-    scopes: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()  # any one of them grants the operation
+    not_found: Code | None = None  # the answer to a credential of another namespace
     request: str | None = None  # name of a schema in weave/schemas
     statuses: tuple[int, ...] = (200,)
     public: bool = False
     query: tuple[tuple[str, str], ...] = field(default=())  # (name, description)
     headers: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        # Refused at import, not at the first request: without both, `Authenticate` could not decide.
+        if not self.public and (not self.scopes or self.not_found is None):
+            raise TypeError(f"operation {self.summary!r} is not public, so it needs scopes and not_found")
 
 
 def operation(summary: str, **kwargs: Any) -> Callable:
@@ -54,10 +62,13 @@ class Resource:
 
 
 class Authenticate:
-    """Falcon middleware: every responder runs only as its `@operation` mark allows.
+    """Falcon middleware, the one place where requests are authorized, from the `@operation` marks.
 
-    A responder without a mark is never run; a public one runs without a token; any other runs
-    with `req.context.principal` set from a current bearer token (else 401).
+    A responder without a mark is never run; a public one runs without a token. Any other runs
+    only with a current bearer token (else 401) whose namespace is the `{namespace}` of the URL
+    (else the operation's `not_found` code: another tenant's objects look absent, never forbidden)
+    and which holds one of the operation's scopes (else 403), checked in this order; it then finds
+    the principal in `req.context.principal`.
     """
 
     def __init__(self, database: Database):
@@ -86,6 +97,8 @@ class Authenticate:
         if principal is None:
             raise WeaveError(Code.UNAUTHENTICATED, "the token is unknown, revoked or expired",
                              headers={"WWW-Authenticate": 'Bearer realm="weave"'})
+        # A route without {namespace} names none, so it is nobody's: not found for every credential.
+        principal.require(params.get("namespace"), meta.not_found, *meta.scopes)
         req.context.principal = principal
 
 
