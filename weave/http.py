@@ -34,6 +34,7 @@ class Operation:
     summary: str
     scopes: tuple[str, ...] = ()  # any one of them grants the operation
     not_found: Code | None = None  # the answer to a credential of another namespace
+    queue_grant: str | None = None  # the URL parameter naming a queue the credential needs a grant for
     request: str | None = None  # name of a schema in weave/schemas
     statuses: tuple[int, ...] = (200,)
     public: bool = False
@@ -67,8 +68,10 @@ class Authenticate:
     A responder without a mark is never run; a public one runs without a token. Any other runs
     only with a current bearer token (else 401) whose namespace is the `{namespace}` of the URL
     (else the operation's `not_found` code: another tenant's objects look absent, never forbidden)
-    and which holds one of the operation's scopes (else 403), checked in this order; it then finds
-    the principal in `req.context.principal`.
+    and which holds one of the operation's scopes (else 403), checked in this order, plus the grant
+    of the queue the URL names where the operation says so (403); it then finds the principal in
+    `req.context.principal`. Grants that depend on stored objects (an instance's queues, a task's
+    queue) are checked where those objects are read.
     """
 
     def __init__(self, database: Database):
@@ -99,6 +102,8 @@ class Authenticate:
                              headers={"WWW-Authenticate": 'Bearer realm="weave"'})
         # A route without {namespace} names none, so it is nobody's: not found for every credential.
         principal.require(params.get("namespace"), meta.not_found, *meta.scopes)
+        if meta.queue_grant:
+            principal.require_queues([params[meta.queue_grant]])
         req.context.principal = principal
 
 

@@ -20,11 +20,10 @@ LONG_POLL_PAUSES = (0.05, 0.1, 0.2, 0.25)
 
 class QueueClaim(Resource):
     @operation("Claim the oldest available task of a queue (200), or nothing (204); long-polls up to 20 s",
-               scopes=("tasks:work",), not_found=Code.NOT_FOUND, request="claim",
+               scopes=("tasks:work",), not_found=Code.NOT_FOUND, queue_grant="queue", request="claim",
                statuses=(200, 204, 401, 403, 404, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, queue: str) -> None:
         principal = req.context.principal
-        principal.require_queues([queue])
         body = read_json(req, "claim", self.body_limit)
         deadline = time.monotonic() + body.get("wait_seconds", 0)
         pauses = iter(LONG_POLL_PAUSES)
