@@ -55,7 +55,8 @@ class Principal:
             raise WeaveError(Code.FORBIDDEN, f"this credential lacks the scope {' or '.join(any_of_scopes)}")
 
     def require_queues(self, queues) -> None:
-        """S1.1: every queue of the pinned definition must be granted; otherwise the object is hidden."""
+        """Refuse with 403 unless every one of `queues` is granted (S1.1: all queues of an instance's
+        pinned definition; P2: the queue claimed from). The object is not hidden: it is in our namespace."""
         missing = sorted(set(queues) - self.queues)
         if missing:
             raise WeaveError(Code.FORBIDDEN, f"this credential has no grant for queue(s) {', '.join(missing)}")

@@ -1,4 +1,5 @@
-"""Start and read workflow instances and their history (I1, I2)."""
+"""Start, read and control workflow instances (pause, resume, cancel), and read their history
+(I1, I2, R1)."""
 
 from __future__ import annotations
 
