@@ -1,6 +1,7 @@
 """Exact JSON: parse without losing anything, serialise compactly, digest canonically (S1.11).
 
-- Numbers keep their exact decimal value: integers become `int`, everything else `Decimal`.
+- Numbers keep their exact decimal value: integers become `int` (`Decimal` beyond 4000 digits,
+  which `int` cannot convert), everything else `Decimal`.
 - Duplicate object keys, NaN and Infinity are refused (`JsonRejected`).
 - `compact()` writes members in their original order with no whitespace: this is what is stored.
 - `canonical()` sorts object members: this is what request digests are taken over, so that two
