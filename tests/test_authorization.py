@@ -50,6 +50,16 @@ def test_every_responder_of_every_route_has_operation_metadata():
     assert unmarked == []
 
 
+def test_a_non_public_operation_cannot_be_declared_without_scopes_and_not_found_code():
+    def responder(req, resp):
+        pass
+
+    for incomplete in ({}, {"scopes": ("workflows:read",)}, {"not_found": errors.Code.WORKFLOW_NOT_FOUND}):
+        with pytest.raises(TypeError):
+            operation("incomplete", **incomplete)(responder)
+    operation("complete", scopes=("workflows:read",), not_found=errors.Code.WORKFLOW_NOT_FOUND)(responder)
+
+
 class HalfDeclared:
     """A declared public GET beside a POST someone forgot to declare."""
 
