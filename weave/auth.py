@@ -43,10 +43,11 @@ class Principal:
     scopes: frozenset[str]
     queues: frozenset[str]
 
-    def require(self, namespace: str, not_found: Code, *any_of_scopes: str) -> None:
+    def require(self, namespace: str | None, not_found: Code, *any_of_scopes: str) -> None:
         """Refuse unless the request is in our namespace (else 404) and holds one of the scopes (else 403).
 
         Another namespace is answered exactly like a missing object, so nothing leaks across tenants.
+        `weave.http.Authenticate` calls it for every operation, from the operation's declaration.
         """
         if namespace != self.namespace:
             raise WeaveError(not_found, "no such object in this namespace")
@@ -54,7 +55,8 @@ class Principal:
             raise WeaveError(Code.FORBIDDEN, f"this credential lacks the scope {' or '.join(any_of_scopes)}")
 
     def require_queues(self, queues) -> None:
-        """S1.1: every queue of the pinned definition must be granted; otherwise the object is hidden."""
+        """Refuse with 403 unless every one of `queues` is granted (S1.1: all queues of an instance's
+        pinned definition; P2: the queue claimed from). The object is not hidden: it is in our namespace."""
         missing = sorted(set(queues) - self.queues)
         if missing:
             raise WeaveError(Code.FORBIDDEN, f"this credential has no grant for queue(s) {', '.join(missing)}")

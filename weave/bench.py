@@ -1,6 +1,6 @@
 """Benchmarks: Weave over HTTP beside a raw PyMySQL baseline doing the same statements, same run.
 
-    scripts/bench [--tasks N] [--workflows N] [--only pulse|e2e]
+    scripts/bench [--only pulse|e2e|signals|latency] [--json FILE]   (--help lists every option)
 
 Everything runs on this machine: a private database server, `weave serve` and `weave scan` as
 separate processes, and load generator threads here. Each figure is printed beside its baseline
@@ -481,7 +481,8 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
 
 
 def _signal_run(bench: Bench, sender, targets: int, clients: int, per_client: int, run: str) -> tuple:
-    """One timed run: (signals per second, latencies, CPU ms per signal of server, load, database)."""
+    """One timed run: (signals per second, latencies in seconds, [CPU ms per signal of the server,
+    this load generator, the database])."""
     targets = _start_signal_targets(bench, f"s{run}", targets)
     warm_up = _start_signal_targets(bench, f"warm{run}", 1)[0]
     latencies: list[float] = []

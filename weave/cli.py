@@ -1,4 +1,4 @@
-"""The `weave` command: migrate, serve, dev and admin (SPEC §12).
+"""The `weave` command: migrate, serve, scan, dev and admin (SPEC §12).
 
 Every command takes the database from WEAVE_DATABASE_URL or --database-url; `dev` starts a
 private server in ./.weave/ when neither is given.

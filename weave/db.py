@@ -1,17 +1,21 @@
 """Connections, the unit-of-work transaction, the clock seam and driver-error translation.
 
-This is the only module that knows PyMySQL's exceptions. Everything above sees these outcomes:
-success, `DuplicateKey` (a named UNIQUE key fired), `TransitionFailed` (a guarded state change
-matched no row), `Unavailable` (retries ran out on a retryable error) or `DatabaseError`
-(anything else).
+This is the only module that translates PyMySQL's exceptions (`weave.devdb` only waits for its
+own server to accept a connection). A unit run with retries (`Database.run`, `Database.read`,
+`@unit_of_work`, `@read_only`) ends in success, `DuplicateKey` (a UNIQUE key it does not replay on
+fired), `TransitionFailed` (a guarded state change matched no row), `Unavailable` (it kept failing
+with a retryable error or a replayed duplicate) or `DatabaseError` (anything else); a unit run
+once (`Database.attempt`, `fn.once`: the scanner, which has its own failure policy) may also end
+in `Retryable`, or in `DuplicateKey` on any key.
 
 A unit of work is a function `fn(tx, *args)` decorated with `@unit_of_work`; callers pass the
 `Database` instead of `tx`. The decorator opens a READ COMMITTED transaction, runs the function,
 commits, and re-runs the *whole* function on deadlock (1213), lock wait timeout (1205), MariaDB's
-"record changed" (1020) or a lost connection (2006/2013). A duplicate key is re-run only when the
-unit names that key in `@unit_of_work(replay_on=(...))`: that is how concurrent inserts of the
-same identity converge (the unit looks up its identity before inserting, so the second run finds
-the winner's row and replays it). A duplicate on any other key is a bug and surfaces at once.
+"record changed" (1020) or a lost or refused connection (2006/2013/2003). A duplicate key is re-run
+only when the unit names that key in `@unit_of_work(replay_on=(...))`: that is how concurrent
+inserts of the same identity converge (the unit looks up its identity before inserting, so the
+second run finds the winner's row and replays it). A duplicate on any other key is a bug and
+surfaces at once.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ CONNECT_TIMEOUT_SECONDS = 5
 
 
 class DatabaseError(Exception):
-    """A database failure that retrying will not fix (an SQL error, a constraint, a bug)."""
+    """Every translated database failure; raised as itself, one that retrying will not fix (an SQL
+    error, a constraint, a bug)."""
 
 
 class DuplicateKey(DatabaseError):
@@ -73,7 +78,8 @@ class Retryable(DatabaseError):
 
 
 class Unavailable(DatabaseError):
-    """A unit of work kept failing with retryable errors; the caller should try again later."""
+    """A unit of work kept failing with retryable errors (or duplicates of a key it replays on); the
+    caller should try again later."""
 
 
 def translate(exc: pymysql.err.MySQLError) -> DatabaseError:

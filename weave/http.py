@@ -1,15 +1,18 @@
-"""What every resource shares: operation metadata, authentication, bounded exact-JSON bodies.
+"""What every resource shares: operation metadata, authorization, bounded exact-JSON bodies.
 
-- `@operation(...)` marks a responder with what OpenAPI needs (summary, scopes, request schema,
-  statuses); `weave.openapi` reads these marks, so the document lists exactly what is served.
-- `Authenticate` middleware resolves the bearer token once per request into
-  `req.context.principal` for every responder not marked `public`.
+- `@operation(...)` marks a responder with what OpenAPI and authorization need (summary, scopes,
+  not-found code, request schema, statuses); `weave.openapi` reads these marks, so the document
+  lists exactly what is served.
+- `Authenticate` middleware is the one place that authorizes a request from that mark: it
+  refuses an unmarked responder, and for every responder not marked `public` it resolves the
+  bearer token into `req.context.principal` and checks namespace (404) and scope (403).
 - `read_json(req, schema, limit)` enforces the body cap before reading (413), the media type
   (415), exact JSON (400) and the schema (422).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -20,6 +23,8 @@ from weave import auth, jsontext, schemas
 from weave.db import Database
 from weave.errors import Code, WeaveError
 
+log = logging.getLogger(__name__)
+
 JSON = "application/json"
 VALUE_LIMIT_BYTES = 256 * 1024  # a workflow input, a task result, a signal payload (serialised)
 
@@ -27,12 +32,19 @@ VALUE_LIMIT_BYTES = 256 * 1024  # a workflow input, a task result, a signal payl
 @dataclass(frozen=True)
 class Operation:
     summary: str
-    scopes: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()  # any one of them grants the operation
+    not_found: Code | None = None  # the answer to a credential of another namespace
+    queue_grant: str | None = None  # the URL parameter naming a queue the credential needs a grant for
     request: str | None = None  # name of a schema in weave/schemas
     statuses: tuple[int, ...] = (200,)
     public: bool = False
     query: tuple[tuple[str, str], ...] = field(default=())  # (name, description)
     headers: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        # Refused at import, not at the first request: without both, `Authenticate` could not decide.
+        if not self.public and (not self.scopes or self.not_found is None):
+            raise TypeError(f"operation {self.summary!r} is not public, so it needs scopes and not_found")
 
 
 def operation(summary: str, **kwargs: Any) -> Callable:
@@ -51,23 +63,47 @@ class Resource:
 
 
 class Authenticate:
-    """Falcon middleware: every non-public responder runs with `req.context.principal` set."""
+    """Falcon middleware, the one place where requests are authorized, from the `@operation` marks.
+
+    A responder without a mark is never run; a public one runs without a token. Any other runs
+    only with a current bearer token (else 401) whose namespace is the `{namespace}` of the URL
+    (else the operation's `not_found` code: another tenant's objects look absent, never forbidden)
+    and which holds one of the operation's scopes (else 403), checked in this order, plus the grant
+    of the queue the URL names where the operation says so (403); it then finds the principal in
+    `req.context.principal`. Grants that depend on stored objects (an instance's queues, a task's
+    queue) are checked where those objects are read.
+    """
 
     def __init__(self, database: Database):
         self.database = database
 
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource, params) -> None:
         if resource is None:
-            return
+            return  # no route: Falcon answers 404 itself
+        # Weave mounts no route with a suffix (`add_route(..., suffix=...)`), so this is the very
+        # responder Falcon is about to call.
         responder = getattr(resource, f"on_{req.method.lower()}", None)
+        if responder is None:
+            return  # Falcon's own responder (405, OPTIONS): none of our code runs
         meta = getattr(responder, "operation", None)
-        if meta is None or meta.public:
+        if meta is None:
+            # Undeclared means not part of the API: the OpenAPI document, built from the same marks,
+            # does not list it. So it is answered like an unknown route, before any token is looked
+            # at; 403 would say that some other credential could be let in, and none can.
+            log.error("refused %s %s: %s.%s has no @operation", req.method, req.path,
+                      type(resource).__name__, responder.__name__)
+            raise WeaveError(Code.NOT_FOUND, f"no operation {req.method} {req.path}")
+        if meta.public:
             return
         token = auth.bearer_token(req.get_header("Authorization"))
         principal = tenancy.authenticate(self.database, auth.token_hash(token))
         if principal is None:
             raise WeaveError(Code.UNAUTHENTICATED, "the token is unknown, revoked or expired",
                              headers={"WWW-Authenticate": 'Bearer realm="weave"'})
+        # A route without {namespace} names none, so it is nobody's: not found for every credential.
+        principal.require(params.get("namespace"), meta.not_found, *meta.scopes)
+        if meta.queue_grant:
+            principal.require_queues([params[meta.queue_grant]])
         req.context.principal = principal
 
 

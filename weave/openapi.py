@@ -42,6 +42,8 @@ def _operation(path: str, method: str, meta, op_id: str) -> dict:
     op: dict = {"operationId": op_id, "summary": meta.summary, "parameters": params, "responses": {}}
     if meta.scopes:
         op["description"] = "Scope: " + " or ".join(meta.scopes)
+        if meta.queue_grant:
+            op["description"] += f", and a grant for the queue {{{meta.queue_grant}}}"
         op["security"] = [{"bearer": []}]
     else:
         op["security"] = []

@@ -13,10 +13,10 @@ from weave.views import definition_view
 
 class DefinitionCollection(Resource):
     @operation("Publish a definition: 201 for a new version, 200 when identical to the latest",
-               scopes=("definitions:write",), request="definition", statuses=(200, 201, 401, 403, 404, 413, 415, 422))
+               scopes=("definitions:write",), not_found=Code.DEFINITION_NOT_FOUND, request="definition",
+               statuses=(200, 201, 401, 403, 404, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.DEFINITION_NOT_FOUND, "definitions:write")
         document = read_json(req, "definition", self.body_limit)
         problems = definition_rules.problems(document)
         if problems:
@@ -29,10 +29,9 @@ class DefinitionCollection(Resource):
 
 class DefinitionVersion(Resource):
     @operation("Read a published definition version", scopes=("definitions:read", "workflows:read"),
-               statuses=(200, 401, 403, 404))
+               not_found=Code.DEFINITION_NOT_FOUND, statuses=(200, 401, 403, 404))
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, name: str, version: int) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.DEFINITION_NOT_FOUND, "definitions:read", "workflows:read")
         definition = definitions.read_definition(self.database, principal.namespace_id, name, version)
         if definition is None:
             raise WeaveError(Code.DEFINITION_NOT_FOUND, f"definition {name!r} version {version} does not exist")

@@ -48,12 +48,11 @@ def signal_request(key: str, body: dict) -> signals.SignalRequest:
 
 class WorkflowSignals(Resource):
     @operation("Send a signal (201 with the frozen receipt; replays answer the same bytes)",
-               scopes=("workflows:signal",), request="signal",
+               scopes=("workflows:signal",), not_found=Code.WORKFLOW_NOT_FOUND, request="signal",
                statuses=(201, 400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
                headers=(("Idempotency-Key", "1-128 printable ASCII; scoped to the workflow"),))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:signal")
         key = _idempotency_key(req)
         request = signal_request(key, read_json(req, "signal", self.body_limit))
         if principal.signals_per_minute is not None:
@@ -69,12 +68,11 @@ class WorkflowSignals(Resource):
             resp.set_header("Idempotent-Replayed", "true")
 
     @operation("List a workflow's signals with their dispositions, oldest first", scopes=("workflows:read",),
-               statuses=(200, 401, 403, 404, 422),
+               not_found=Code.WORKFLOW_NOT_FOUND, statuses=(200, 401, 403, 404, 422),
                query=(("status", "PENDING, CONSUMED, REJECTED or EXPIRED"), ("after", "signal_id to continue after"),
                       ("limit", f"page size 1..{PAGE_MAX} (default {PAGE_DEFAULT})")))
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:read")
         status = req.get_param("status") or None
         if status is not None and status not in STATUSES:
             raise WeaveError(Code.VALIDATION_FAILED, f"status must be one of {', '.join(STATUSES)}",
@@ -88,10 +86,10 @@ class WorkflowSignals(Resource):
 
 
 class WorkflowSignal(Resource):
-    @operation("Read a signal's current state", scopes=("workflows:read",), statuses=(200, 401, 403, 404))
+    @operation("Read a signal's current state", scopes=("workflows:read",), not_found=Code.WORKFLOW_NOT_FOUND,
+               statuses=(200, 401, 403, 404))
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str,
                signal_id: str) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:read")
         row = signals.get_signal(self.database, principal, workflow_id, row_id(signal_id, Code.SIGNAL_NOT_FOUND, "signal"))
         send_json(resp, 200, signal_view(row, workflow_id))

@@ -20,11 +20,10 @@ LONG_POLL_PAUSES = (0.05, 0.1, 0.2, 0.25)
 
 class QueueClaim(Resource):
     @operation("Claim the oldest available task of a queue (200), or nothing (204); long-polls up to 20 s",
-               scopes=("tasks:work",), request="claim", statuses=(200, 204, 401, 403, 404, 413, 415, 422))
+               scopes=("tasks:work",), not_found=Code.NOT_FOUND, queue_grant="queue", request="claim",
+               statuses=(200, 204, 401, 403, 404, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, queue: str) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.NOT_FOUND, "tasks:work")
-        principal.require_queues([queue])
         body = read_json(req, "claim", self.body_limit)
         deadline = time.monotonic() + body.get("wait_seconds", 0)
         pauses = iter(LONG_POLL_PAUSES)
@@ -45,10 +44,10 @@ class QueueClaim(Resource):
 
 class TaskHeartbeat(Resource):
     @operation("Extend a task's lease; says whether cancellation was requested", scopes=("tasks:work",),
-               request="heartbeat", statuses=(200, 401, 403, 404, 409, 413, 415, 422))
+               not_found=Code.TASK_NOT_FOUND, request="heartbeat",
+               statuses=(200, 401, 403, 404, 409, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: str) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.TASK_NOT_FOUND, "tasks:work")
         body = read_json(req, "heartbeat", self.body_limit)
         beat = tasks.heartbeat(self.database, principal.namespace_id, row_id(task_id, Code.TASK_NOT_FOUND, "task"), body["lease_token"],
                                body.get("lease_seconds", 60), principal.queues)
@@ -58,10 +57,10 @@ class TaskHeartbeat(Resource):
 
 class TaskComplete(Resource):
     @operation("Report a task's outcome: SUCCEEDED + result, FAILED + error, or CANCELLED",
-               scopes=("tasks:work",), request="complete", statuses=(200, 401, 403, 404, 409, 413, 415, 422))
+               scopes=("tasks:work",), not_found=Code.TASK_NOT_FOUND, request="complete",
+               statuses=(200, 401, 403, 404, 409, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: str) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.TASK_NOT_FOUND, "tasks:work")
         body = read_json(req, "complete", self.body_limit)
         error = body.get("error")
         completion = tasks.Completion(

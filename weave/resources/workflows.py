@@ -1,4 +1,5 @@
-"""Start and read workflow instances and their history (I1, I2)."""
+"""Start, read and control workflow instances (pause, resume, cancel), and read their history
+(I1, I2, R1)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ EVENTS_PAGE_MAX = 1000
 
 class WorkflowCollection(Resource):
     @operation("Start a workflow (idempotent on workflow_id)", scopes=("workflows:start",),
-               request="start_workflow", statuses=(200, 201, 401, 403, 404, 409, 413, 415, 422))
+               not_found=Code.WORKFLOW_NOT_FOUND, request="start_workflow",
+               statuses=(200, 201, 401, 403, 404, 409, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:start")
         if principal.application_status != "ACTIVE":
             raise WeaveError(Code.FORBIDDEN, "the application of this credential is disabled; it cannot start work")
         body = read_json(req, "start_workflow", self.body_limit)
@@ -43,10 +44,9 @@ class WorkflowCollection(Resource):
 
 class Workflow(Resource):
     @operation("Read a workflow: status, gate, steps, activations, waits, review reason",
-               scopes=("workflows:read",), statuses=(200, 401, 403, 404))
+               scopes=("workflows:read",), not_found=Code.WORKFLOW_NOT_FOUND, statuses=(200, 401, 403, 404))
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:read")
         facts = instances.read_workflow(self.database, principal.namespace_id, workflow_id)
         if facts is None:
             raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
@@ -55,12 +55,11 @@ class Workflow(Resource):
 
 class WorkflowEvents(Resource):
     @operation("A page of a workflow's history, oldest first", scopes=("workflows:read",),
-               statuses=(200, 401, 403, 404, 422),
+               not_found=Code.WORKFLOW_NOT_FOUND, statuses=(200, 401, 403, 404, 422),
                query=(("after", "return events with seq greater than this (default 0)"),
                       ("limit", f"page size, 1..{EVENTS_PAGE_MAX} (default {EVENTS_PAGE_DEFAULT})")))
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:read")
         after = query_int(req, "after", 0, 0, 2**32 - 1)
         limit = query_int(req, "limit", EVENTS_PAGE_DEFAULT, 1, EVENTS_PAGE_MAX)
         rows = events.list_events(self.database, principal.namespace_id, workflow_id, after, limit + 1)
@@ -79,10 +78,9 @@ class WorkflowControl(Resource):
         self.action = action
 
     @operation("Pause, resume or cancel a workflow (R1); answers the workflow", scopes=("workflows:control",),
-               request="control", statuses=(200, 401, 403, 404, 409, 413, 415, 422))
+               not_found=Code.WORKFLOW_NOT_FOUND, request="control", statuses=(200, 401, 403, 404, 409, 413, 415, 422))
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
-        principal.require(namespace, Code.WORKFLOW_NOT_FOUND, "workflows:control")
         body = read_json(req, "control", self.body_limit)
         facts = engine.control(self.database, principal.namespace_id, workflow_id, self.action, body["reason"],
                                   principal.credential_id, principal.actor)

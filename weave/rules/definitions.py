@@ -7,18 +7,12 @@ schema that resolves without the network, and which queues the document needs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 from weave import schemas
+from weave.rules.problems import Problem
 
 CONTRACT_FIELDS = {"SIGNAL": "signal", "POLL": "final_signal"}
-
-
-@dataclass(frozen=True)
-class Problem:
-    pointer: str
-    message: str
 
 
 def _remote_refs(node: Any, path: str) -> Iterator[Problem]:

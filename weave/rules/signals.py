@@ -10,14 +10,9 @@ from typing import Any
 from weave import jsontext, schemas
 from weave.rules import gate
 from weave.rules.definitions import CONTRACT_FIELDS
+from weave.rules.problems import Problem
 
 ABSENT = object()  # a signal without a `payload` member (different from an explicit null)
-
-
-@dataclass(frozen=True)
-class Problem:
-    pointer: str
-    message: str
 
 
 def _trivial(schema: Any) -> bool:
