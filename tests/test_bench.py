@@ -4,12 +4,29 @@ The benchmark reuses the SQL constants of the units it mirrors; this catches a b
 longer matches them. Figures are not asserted: speed is measured by `scripts/bench`, not by tests.
 """
 
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from weave import bench
 from weave.devdb import ServerNotFound, find_server_binary
 
 pytestmark = pytest.mark.slow
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def _load_bench():
+    """scripts/ is not a package (the bench is development tooling, not installed): load it by path."""
+    spec = importlib.util.spec_from_file_location("weave_bench_script", SCRIPTS / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while they are built
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
 
 
 def _server_binary() -> str | None:
@@ -19,9 +36,15 @@ def _server_binary() -> str | None:
         return None
 
 
+def test_the_bench_command_starts_and_describes_its_flags():
+    shown = subprocess.run([SCRIPTS / "bench", "--help"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "usage: scripts/bench" in shown.stdout
+    assert all(flag in shown.stdout for flag in ("--tasks", "--workflows", "--only", "--json", "--server-processes"))
+
+
 # The bench measures its own database server's CPU, so it always starts a private one.
 @pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
-
 def test_every_bench_section_runs_on_tiny_sizes():
     with bench.running_weave(threads=4) as running:
         rows = (bench.bench_pulse(running, 10) + bench.bench_e2e(running, 3, workers=2)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pymysql
 
+from weave.processes import die_with_parent
+
 SERVER_BINARIES = ("mariadbd", "mysqld")
 EXTRA_SEARCH_PATH = ("/usr/sbin", "/usr/local/sbin", "/usr/local/mysql/bin")
 INSTALL_HINT = (
@@ -52,17 +54,6 @@ def free_port() -> int:
 def _is_mariadb(binary: str) -> bool:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
     return "mariadb" in (out.stdout + out.stderr).lower()
-
-
-def die_with_parent() -> None:
-    """Linux: this process gets SIGTERM when its parent dies, even by SIGKILL (used before exec for
-    the private database server, and by the workers of `weave serve --processes`)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _run_as_root_args() -> list[str]:

@@ -20,7 +20,7 @@ import time
 
 from weave.config import Config
 from weave.db import Database, DatabaseUrl
-from weave.devdb import die_with_parent
+from weave.processes import die_with_parent
 
 log = logging.getLogger(__name__)
 

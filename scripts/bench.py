@@ -5,6 +5,8 @@
 Everything runs on this machine: a private database server, `weave serve` and `weave scan` as
 separate processes, and load generator threads here. Each figure is printed beside its baseline
 and the ratio, because absolute numbers mean little across machines; ratios measured in one run do.
+Development tooling: it lives in scripts/, outside the installed package, and imports the checkout's
+Weave from .venv (tests/test_bench.py loads it by path).
 """
 
 from __future__ import annotations
