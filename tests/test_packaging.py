@@ -17,7 +17,7 @@ from yoyo import read_migrations
 
 from weave import migrate
 from weave.cli import main
-from weave.db import DatabaseUrl
+from weave.db import DatabaseUrl, connect
 from weave.devdb import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,6 +156,43 @@ def test_weave_migrate_without_migrations_exits_non_zero_naming_the_folder(no_mi
     monkeypatch.setenv("WEAVE_DATABASE_URL", scratch_database("unmigrated").yoyo_url())
     assert main(["migrate"]) == 1
     assert f"weave: no migrations found in {no_migrations}" in capsys.readouterr().err
+    assert not database_exists(scratch_database("unmigrated"))  # a broken install leaves nothing behind
+
+
+def database_exists(url: DatabaseUrl) -> bool:
+    conn = connect(url, database=False)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (url.database,))
+            return cur.fetchone() is not None
+    finally:
+        conn.close()
+
+
+def test_a_migration_file_yoyo_cannot_read_is_a_clear_error(tmp_path, scratch_database, monkeypatch, capsys):
+    (tmp_path / "0001.broken.py").write_text("this is not python\n")
+    monkeypatch.setattr(migrate, "migrations_dir", lambda: tmp_path)
+    monkeypatch.setenv("WEAVE_DATABASE_URL", scratch_database("broken").yoyo_url())
+    assert main(["migrate"]) == 1
+    assert f"weave: the migrations in {tmp_path} cannot be read" in capsys.readouterr().err
+
+
+def test_readyz_is_503_naming_the_folder_when_no_migrations_are_installed(no_migrations, migrated_url, monkeypatch):
+    import falcon.testing
+
+    from weave.app import create_app
+    from weave.config import Config
+    from weave.db import Database
+
+    monkeypatch.setattr(migrate, "migrations_dir", lambda: no_migrations)
+    database = Database(migrated_url)
+    try:
+        result = falcon.testing.TestClient(create_app(Config(migrated_url.yoyo_url()), database)).simulate_get(
+            "/readyz")
+    finally:
+        database.close()
+    assert (result.status_code, result.json["code"]) == (503, "UNAVAILABLE")
+    assert str(no_migrations) in result.json["detail"]
 
 
 def test_the_api_server_does_not_import_the_development_database_module():

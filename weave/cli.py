@@ -76,6 +76,7 @@ def _print(args, result: dict, text: str) -> None:
 
 def cmd_migrate(args) -> int:
     url = _database_url(args)
+    migrate.shipped()  # a broken installation creates no database
     migrate.ensure_database(url)
     applied = migrate.apply(url)
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")

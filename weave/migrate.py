@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pymysql
 from yoyo import get_backend, read_migrations
+from yoyo.exceptions import BadMigration
 
-from weave.db import DatabaseUrl
+from weave.db import DatabaseUrl, translate
 
 
 class MigrationsMissing(RuntimeError):
-    """No migration files where they should be: a broken install, never "nothing to do"."""
+    """No usable migration files where they should be: a broken install, never "nothing to do"."""
 
 
 def migrations_dir() -> Path:
@@ -29,17 +30,36 @@ def migrations_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "migrations"
 
 
+def shipped(directory: Path | None = None):
+    """The migrations of this installation (yoyo's list); `MigrationsMissing` when there are none
+    or yoyo cannot read them."""
+    directory = directory or migrations_dir()
+    try:
+        migrations = read_migrations(str(directory)) if directory.is_dir() else []
+        for migration in migrations:
+            migration.load()  # yoyo reads files lazily: find a broken one before touching a database
+    except BadMigration as exc:
+        raise MigrationsMissing(f"the migrations in {directory} cannot be read ({exc}): this Weave installation "
+                                "is broken") from None
+    if not migrations:
+        raise MigrationsMissing(f"no migrations found in {directory}: this Weave installation is incomplete")
+    return migrations
+
+
 def ensure_database(url: DatabaseUrl) -> None:
     """Create the database if it does not exist, always in utf8mb4 (Debian defaults to latin1)."""
-    conn = pymysql.connect(host=url.host, port=url.port, user=url.user, password=url.password, autocommit=True)
     try:
-        with conn.cursor() as cur:
-            cur.execute(
-                f"CREATE DATABASE IF NOT EXISTS `{_identifier(url.database)}` "
-                "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-            )
-    finally:
-        conn.close()
+        conn = pymysql.connect(host=url.host, port=url.port, user=url.user, password=url.password, autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"CREATE DATABASE IF NOT EXISTS `{_identifier(url.database)}` "
+                    "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+                )
+        finally:
+            conn.close()
+    except pymysql.err.MySQLError as exc:
+        raise translate(exc) from exc
 
 
 def _identifier(name: str) -> str:
@@ -52,9 +72,7 @@ def _identifier(name: str) -> str:
 def _backend_and_migrations(url: DatabaseUrl, directory: Path):
     """yoyo's backend, closed afterwards: an idle connection left in a transaction would hold
     metadata locks and block the next DDL (a migration, a DROP DATABASE) indefinitely."""
-    migrations = read_migrations(str(directory)) if directory.is_dir() else []
-    if not migrations:
-        raise MigrationsMissing(f"no migrations found in {directory}: this Weave installation is incomplete")
+    migrations = shipped(directory)
     backend = get_backend(url.yoyo_url())
     try:
         yield backend, migrations

@@ -33,4 +33,6 @@ class Ready(Resource):
                 self._migrated = True
         except DatabaseError as exc:
             raise WeaveError(Code.UNAVAILABLE, f"database unreachable: {exc}", headers={"Retry-After": "5"}) from None
+        except migrate.MigrationsMissing as exc:
+            raise WeaveError(Code.UNAVAILABLE, str(exc), headers={"Retry-After": "5"}) from None
         send_json(resp, 200, {"status": "ready"})
