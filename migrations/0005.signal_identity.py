@@ -24,14 +24,23 @@ SIGNAL_COLUMNS = [
     ("payload_version", "VARCHAR(32) NULL COMMENT 'contract payload version; NULL for signals older than identity'"),
     ("target_step_key", "VARCHAR(64) NULL COMMENT 'step of the pinned definition the signal is for'"),
     ("target_activation_sequence", "INT UNSIGNED NULL COMMENT 'activation sequence (generation) the signal is for'"),
-    ("payload_sha256", "CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL COMMENT 'SHA-256 hex of the stored payload text'"),
+    (
+        "payload_sha256",
+        "CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL COMMENT 'SHA-256 hex of the stored payload text'",
+    ),
     ("payload_present", "TINYINT(1) NOT NULL DEFAULT 1 COMMENT '0 when the request had no payload (absent, not null)'"),
     ("reason", "VARCHAR(1024) NULL COMMENT 'why the sender sent it (required for new signals)'"),
     ("evidence_ref", "VARCHAR(512) NULL COMMENT 'opaque reference to evidence; never fetched by Weave'"),
     ("actor", "VARCHAR(128) NULL COMMENT 'actor of the credential that sent it'"),
     ("credential_id", "BIGINT UNSIGNED NULL COMMENT 'credentials.id that sent it'"),
-    ("idempotency_key", "VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NULL COMMENT 'Idempotency-Key of the first acceptance'"),
-    ("request_digest", "CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL COMMENT 'SHA-256 hex of the canonical signal fields'"),
+    (
+        "idempotency_key",
+        "VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NULL COMMENT 'Idempotency-Key of the first acceptance'",
+    ),
+    (
+        "request_digest",
+        "CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL COMMENT 'SHA-256 hex of the canonical signal fields'",
+    ),
     ("disposition", "VARCHAR(32) NULL COMMENT 'why it is not, or no longer, PENDING'"),
     ("accepted_at", "DATETIME(6) NULL COMMENT 'UTC acceptance time (database clock, read under the instance lock)'"),
     ("expires_at", "DATETIME(6) NULL COMMENT 'UTC instance total deadline at first acceptance; never changes'"),
@@ -41,24 +50,36 @@ SIGNAL_COLUMNS = [
     ("consumed_wait_id", "BIGINT UNSIGNED NULL COMMENT 'waits.id that took it as its winner'"),
     ("consumed_at", "DATETIME(6) NULL COMMENT 'UTC time a wait took it'"),
     ("settled_at", "DATETIME(6) NULL COMMENT 'UTC time it left PENDING'"),
-    ("receipt", "TEXT NULL COMMENT 'the frozen response body of the first acceptance after its signal_id member (the row key)'"),
+    (
+        "receipt",
+        "TEXT NULL COMMENT 'the frozen response body of the first acceptance after its signal_id member (the row key)'",
+    ),
 ]
 SIGNAL_MODIFIED = [
     ("name", "VARCHAR(128) NOT NULL COMMENT 'signal name of the contract'"),
-    ("correlation", "VARBINARY(764) NOT NULL COMMENT 'correlation key bytes, compared exactly (new input <= 512 bytes)'"),
+    (
+        "correlation",
+        "VARBINARY(764) NOT NULL COMMENT 'correlation key bytes, compared exactly (new input <= 512 bytes)'",
+    ),
     ("payload", "MEDIUMTEXT NULL COMMENT 'payload as compact JSON in original member order; NULL when absent'"),
     ("status", "VARCHAR(16) NOT NULL COMMENT 'PENDING, CONSUMED, REJECTED or EXPIRED'"),
     ("created_at", "DATETIME(6) NOT NULL COMMENT 'UTC time the row was written (= accepted_at for new signals)'"),
 ]
 SIGNAL_INDEXES = [
     ("uq_signals_idempotency", "UNIQUE KEY uq_signals_idempotency (instance_id, idempotency_key)"),
-    ("ix_signals_matching", "KEY ix_signals_matching (instance_id, target_step_key, target_activation_sequence, status)"),
+    (
+        "ix_signals_matching",
+        "KEY ix_signals_matching (instance_id, target_step_key, target_activation_sequence, status)",
+    ),
     ("ix_signals_expiry", "KEY ix_signals_expiry (status, expires_at)"),
     ("ix_signals_checks", "KEY ix_signals_checks (status, available_at)"),
 ]
 WAIT_COLUMNS = [
     ("kind", "VARCHAR(8) NULL COMMENT 'SIGNAL or POLL'"),
-    ("payload_version", "VARCHAR(32) NULL COMMENT 'contract payload version; NULL for waits older than identity (they match nothing)'"),
+    (
+        "payload_version",
+        "VARCHAR(32) NULL COMMENT 'contract payload version; NULL for waits older than identity (they match nothing)'",
+    ),
     ("activation_id", "BIGINT UNSIGNED NULL COMMENT 'step_activations.id the wait belongs to'"),
     ("activation_sequence", "INT UNSIGNED NULL COMMENT 'activation sequence (generation) the wait belongs to'"),
     ("winner_signal_id", "BIGINT UNSIGNED NULL COMMENT 'signals.id that satisfied the wait; at most one'"),
@@ -68,7 +89,10 @@ WAIT_MODIFIED = [
     ("name", "VARCHAR(128) NULL COMMENT 'signal name waited for (frozen at activation)'"),
     ("correlation", "VARBINARY(764) NULL COMMENT 'correlation key bytes waited for (frozen at activation)'"),
     ("status", "VARCHAR(16) NOT NULL COMMENT 'WAITING, SATISFIED, EXPIRED, CANCELLED or SUPERSEDED'"),
-    ("deadline_at", "DATETIME(6) NULL COMMENT 'UTC deadline: activation time + timeout_seconds; a signal counts only if accepted before it'"),
+    (
+        "deadline_at",
+        "DATETIME(6) NULL COMMENT 'UTC deadline: activation time + timeout_seconds; a signal counts only if accepted before it'",
+    ),
 ]
 WAIT_INDEXES = [("ix_waits_activation", "KEY ix_waits_activation (activation_id)")]
 CHECKPOINT_INDEXES = [("ix_checkpoints_wait", "KEY ix_checkpoints_wait (wait_id)")]
@@ -84,7 +108,10 @@ CREATE TABLE IF NOT EXISTS signal_quota_windows (
 
 # Data: each statement only touches rows it has not touched before, so it can run again.
 BACKFILL_ACCEPTED_AT = "UPDATE signals SET accepted_at = created_at WHERE accepted_at IS NULL"
-ACCEPTED_AT_NOT_NULL = ("accepted_at", "DATETIME(6) NOT NULL COMMENT 'UTC acceptance time (database clock, read under the instance lock)'")
+ACCEPTED_AT_NOT_NULL = (
+    "accepted_at",
+    "DATETIME(6) NOT NULL COMMENT 'UTC acceptance time (database clock, read under the instance lock)'",
+)
 REJECT_LEGACY_PENDING = """
 UPDATE signals SET status = 'REJECTED', disposition = 'LEGACY_UNVERIFIED', settled_at = accepted_at
 WHERE status = 'PENDING' AND idempotency_key IS NULL
@@ -114,13 +141,21 @@ def _has(conn, sql: str, params) -> bool:
 
 
 def _column_exists(conn, table: str, column: str) -> bool:
-    return _has(conn, "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() "
-                      "AND table_name = %s AND column_name = %s", (table, column))
+    return _has(
+        conn,
+        "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() "
+        "AND table_name = %s AND column_name = %s",
+        (table, column),
+    )
 
 
 def _index_exists(conn, table: str, index: str) -> bool:
-    return _has(conn, "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() "
-                      "AND table_name = %s AND index_name = %s", (table, index))
+    return _has(
+        conn,
+        "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() "
+        "AND table_name = %s AND index_name = %s",
+        (table, index),
+    )
 
 
 def _run(conn, sql: str) -> None:
@@ -135,11 +170,13 @@ def _alter(conn, table: str, clauses: list[str]) -> None:
 
 def _add_missing(table: str, items, exists, add: str, drop: str):
     """A step adding the (name, spec) items that `exists` does not find; its rollback drops those it finds."""
+
     def apply(conn):
         _alter(conn, table, [add.format(name=n, spec=s) for n, s in items if not exists(conn, table, n)])
 
     def rollback(conn):
         _alter(conn, table, [drop.format(name=n) for n, _ in items if exists(conn, table, n)])
+
     return step(apply, rollback)
 
 
@@ -155,6 +192,7 @@ def _modify_columns(table: str, columns, previous):
     # MODIFY is idempotent: running it again changes nothing.
     def alter(specs):
         return lambda conn: _alter(conn, table, [f"MODIFY {n} {s}" for n, s in specs])
+
     return step(alter(columns), alter(previous))
 
 
@@ -164,7 +202,10 @@ def _data(sql: str, rollback_sql: str | None = None):
 
 SIGNAL_PREVIOUS = [
     ("name", "VARCHAR(64) NOT NULL COMMENT 'signal name'"),
-    ("correlation", "VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL COMMENT 'correlation key as text'"),
+    (
+        "correlation",
+        "VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL COMMENT 'correlation key as text'",
+    ),
     ("payload", "MEDIUMTEXT NULL COMMENT 'payload JSON text'"),
     ("status", "VARCHAR(16) NOT NULL COMMENT 'PENDING or CONSUMED'"),
     ("created_at", "DATETIME(6) NOT NULL COMMENT 'UTC time of arrival'"),
@@ -180,10 +221,16 @@ steps = [
     _add_columns("signals", SIGNAL_COLUMNS),
     _modify_columns("signals", SIGNAL_MODIFIED, SIGNAL_PREVIOUS),
     _data(BACKFILL_ACCEPTED_AT),
-    _modify_columns("signals", [ACCEPTED_AT_NOT_NULL], [(ACCEPTED_AT_NOT_NULL[0], ACCEPTED_AT_NOT_NULL[1].replace("NOT NULL", "NULL"))]),
-    _data(REJECT_LEGACY_PENDING,
-          "UPDATE signals SET status = 'PENDING', disposition = NULL, settled_at = NULL "
-          "WHERE disposition = 'LEGACY_UNVERIFIED'"),
+    _modify_columns(
+        "signals",
+        [ACCEPTED_AT_NOT_NULL],
+        [(ACCEPTED_AT_NOT_NULL[0], ACCEPTED_AT_NOT_NULL[1].replace("NOT NULL", "NULL"))],
+    ),
+    _data(
+        REJECT_LEGACY_PENDING,
+        "UPDATE signals SET status = 'PENDING', disposition = NULL, settled_at = NULL "
+        "WHERE disposition = 'LEGACY_UNVERIFIED'",
+    ),
     _add_indexes("signals", SIGNAL_INDEXES),
     _add_columns("waits", WAIT_COLUMNS),
     _modify_columns("waits", WAIT_MODIFIED, WAIT_PREVIOUS),
@@ -191,5 +238,8 @@ steps = [
     _add_indexes("checkpoints", CHECKPOINT_INDEXES),
     _data(LINK_CURRENT_WAITS),
     _data(CHECKPOINT_CURRENT_WAITS),
-    step(lambda conn: _run(conn, CREATE_QUOTA_WINDOWS), lambda conn: _run(conn, "DROP TABLE IF EXISTS signal_quota_windows")),
+    step(
+        lambda conn: _run(conn, CREATE_QUOTA_WINDOWS),
+        lambda conn: _run(conn, "DROP TABLE IF EXISTS signal_quota_windows"),
+    ),
 ]

@@ -26,14 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
-
-from weave.sql import instances as instance_sql
-from weave.sql import inbox as inbox_sql
-from weave.sql import tasks as task_sql
-from weave.sql import tenancy
 from weave import auth, migrate
 from weave.db import Database, DatabaseUrl, connect
 from weave.devdb import PrivateServer, free_port
+from weave.sql import inbox as inbox_sql
+from weave.sql import instances as instance_sql
+from weave.sql import tasks as task_sql
+from weave.sql import tenancy
 
 NS = "bench"
 QUEUE = "work"
@@ -41,6 +40,7 @@ PERMITS = 64
 
 
 # ---- the system under test --------------------------------------------------------------------------
+
 
 @dataclass
 class Bench:
@@ -65,20 +65,50 @@ def running_weave(threads: int, processes: int = 1):
         tenancy.create_queue(database, NS, QUEUE, PERMITS)
         tenancy.create_application(database, NS, "app", None)
         client_token, worker_token = auth.new_token(), auth.new_token()
-        tenancy.create_credential(database, NS, "app", "bench-client", sorted(auth.SCOPES - {"tasks:work"}),
-                                  [QUEUE], auth.token_hash(client_token), None)
-        tenancy.create_credential(database, NS, "app", "bench-worker", ["tasks:work"], [QUEUE],
-                                  auth.token_hash(worker_token), None)
+        tenancy.create_credential(
+            database,
+            NS,
+            "app",
+            "bench-client",
+            sorted(auth.SCOPES - {"tasks:work"}),
+            [QUEUE],
+            auth.token_hash(client_token),
+            None,
+        )
+        tenancy.create_credential(
+            database, NS, "app", "bench-worker", ["tasks:work"], [QUEUE], auth.token_hash(worker_token), None
+        )
         namespace_id = tenancy.authenticate(database, auth.token_hash(client_token)).namespace_id
         port = free_port()
         env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
-        serve = subprocess.Popen([sys.executable, "-m", "weave.cli", "serve", "--port", str(port),
-                                  "--threads", str(threads), "--processes", str(processes)], env=env,
-                                 stderr=subprocess.DEVNULL)
+        serve = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "weave.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--threads",
+                str(threads),
+                "--processes",
+                str(processes),
+            ],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             _wait_http(port)
-            yield Bench(url, database, f"http://127.0.0.1:{port}", client_token, worker_token, namespace_id,
-                        serve.pid, server.process.pid)
+            yield Bench(
+                url,
+                database,
+                f"http://127.0.0.1:{port}",
+                client_token,
+                worker_token,
+                namespace_id,
+                serve.pid,
+                server.process.pid,
+            )
         finally:
             serve.terminate()
             serve.wait(10)
@@ -121,8 +151,11 @@ class Http:
 
     def _request(self, method: str, path: str, body: bytes) -> tuple[int, dict | None]:
         head = "".join(f"{name}: {value}\r\n" for name, value in self.headers.items())
-        self.sock.sendall(f"{method} /v1/namespaces/{NS}{path} HTTP/1.1\r\nHost: bench\r\n{head}"
-                          f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        self.sock.sendall(
+            f"{method} /v1/namespaces/{NS}{path} HTTP/1.1\r\nHost: bench\r\n{head}"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         while b"\r\n\r\n" not in self._unread:
             self._unread += self._receive()
         head_bytes, _, rest = self._unread.partition(b"\r\n\r\n")
@@ -145,6 +178,7 @@ class Http:
 
 
 # ---- measuring --------------------------------------------------------------------------------------
+
 
 def run_threads(count: int, target, prepare=None, at_start=None) -> float:
     """Run `target(i)` in `count` threads; seconds from the common start to the last finish.
@@ -183,17 +217,27 @@ def run_threads(count: int, target, prepare=None, at_start=None) -> float:
     return time.perf_counter() - started
 
 
-def report(label: str, weave_rate: float, baseline_rate: float, unit: str, extra: str = "",
-           ratio: float | None = None) -> dict:
+def report(
+    label: str, weave_rate: float, baseline_rate: float, unit: str, extra: str = "", ratio: float | None = None
+) -> dict:
     if ratio is None:
         ratio = weave_rate / baseline_rate if baseline_rate else float("nan")
-    print(f"{label:<44} weave {weave_rate:8.1f} {unit}   baseline {baseline_rate:8.1f} {unit}   "
-          f"ratio {ratio:4.2f}{extra}", flush=True)
-    return {"label": label, "weave": round(weave_rate, 1), "baseline": round(baseline_rate, 1),
-            "ratio": round(ratio, 3), "unit": unit}
+    print(
+        f"{label:<44} weave {weave_rate:8.1f} {unit}   baseline {baseline_rate:8.1f} {unit}   "
+        f"ratio {ratio:4.2f}{extra}",
+        flush=True,
+    )
+    return {
+        "label": label,
+        "weave": round(weave_rate, 1),
+        "baseline": round(baseline_rate, 1),
+        "ratio": round(ratio, 3),
+        "unit": unit,
+    }
 
 
 # ---- Pulse: claim + complete -----------------------------------------------------------------------
+
 
 def seed_tasks(bench: Bench, count: int) -> None:
     """Insert QUEUED tasks (and the activations they belong to) straight into the tables."""
@@ -208,14 +252,39 @@ def seed_tasks(bench: Bench, count: int) -> None:
         definition_id = tx.one("SELECT id FROM definitions WHERE name = 'one'")["id"]
         now = tx.now()
         for i in range(start, min(count, start + 500)):
-            instance_id = tx.insert(instance_sql.INSERT_INSTANCE, (bench.namespace_id, f"t-{time.time_ns()}-{i}",
-                                                                   definition_id, app_id, "{}", "0" * 64,
-                                                                   now.replace(year=now.year + 1), now, now))
-            activation_id = tx.insert("INSERT INTO step_activations (instance_id, step_key, step_index, "
-                                      "activation_sequence, status, activated_at) VALUES (%s, 's', 0, 1, 'ACTIVE', %s)",
-                                      (instance_id, now))
-            tx.execute(task_sql.INSERT_TASK, (bench.namespace_id, queue_id, instance_id, activation_id, "TASK", 3,
-                                              now, now.replace(year=now.year + 1), now))
+            instance_id = tx.insert(
+                instance_sql.INSERT_INSTANCE,
+                (
+                    bench.namespace_id,
+                    f"t-{time.time_ns()}-{i}",
+                    definition_id,
+                    app_id,
+                    "{}",
+                    "0" * 64,
+                    now.replace(year=now.year + 1),
+                    now,
+                    now,
+                ),
+            )
+            activation_id = tx.insert(
+                "INSERT INTO step_activations (instance_id, step_key, step_index, "
+                "activation_sequence, status, activated_at) VALUES (%s, 's', 0, 1, 'ACTIVE', %s)",
+                (instance_id, now),
+            )
+            tx.execute(
+                task_sql.INSERT_TASK,
+                (
+                    bench.namespace_id,
+                    queue_id,
+                    instance_id,
+                    activation_id,
+                    "TASK",
+                    3,
+                    now,
+                    now.replace(year=now.year + 1),
+                    now,
+                ),
+            )
 
     for start in range(0, count, 500):
         bench.database.run(insert, start)
@@ -228,15 +297,19 @@ def http_pulse_worker(bench: Bench, done: list):
             status, task = client.post(f"/queues/{QUEUE}/claim", {"worker_id": f"w{i}", "lease_seconds": 60})
             if status == 204:
                 return
-            status, _ = client.post(f"/tasks/{task['task_id']}/complete",
-                                    {"lease_token": task["lease_token"], "outcome": "SUCCEEDED", "result": {"i": i}})
+            status, _ = client.post(
+                f"/tasks/{task['task_id']}/complete",
+                {"lease_token": task["lease_token"], "outcome": "SUCCEEDED", "result": {"i": i}},
+            )
             assert status == 200, status
             done.append(1)
+
     return work
 
 
 def raw_pulse_worker(bench: Bench, done: list):
     """The same statements as claim_task and complete_task, on a bare PyMySQL connection."""
+
     def work(i):
         conn = connect(bench.url)
         cur = conn.cursor()
@@ -255,8 +328,11 @@ def raw_pulse_worker(bench: Bench, done: list):
             cur.execute(task_sql.TAKE_PERMIT, (queue["id"],))
             cur.execute(task_sql.SELECT_TASK_CONTEXT, (task["activation_id"],))
             cur.execute(instance_sql.SELECT_STEP_RESULTS, (task["instance_id"],))
-            cur.execute("INSERT INTO audit_records (namespace_id, instance_id, actor, action, at, details) "
-                        "VALUES (%s, %s, 'w', 'task.claim', %s, '{}')", (bench.namespace_id, task["instance_id"], now))
+            cur.execute(
+                "INSERT INTO audit_records (namespace_id, instance_id, actor, action, at, details) "
+                "VALUES (%s, %s, 'w', 'task.claim', %s, '{}')",
+                (bench.namespace_id, task["instance_id"], now),
+            )
             conn.commit()
             cur.execute(task_sql.SELECT_TASK_QUEUE, (task["id"], bench.namespace_id))
             cur.execute(task_sql.LOCK_QUEUE, (queue["id"],))
@@ -265,11 +341,15 @@ def raw_pulse_worker(bench: Bench, done: list):
             cur.execute(task_sql.SETTLE_TASK, ("SUCCEEDED", '{"i":1}', None, now, task["id"]))
             cur.execute(task_sql.RELEASE_PERMIT, (queue["id"],))
             cur.execute(inbox_sql.INSERT_INBOX, (task["id"], task["instance_id"], "SUCCEEDED", '{"i":1}', now, now))
-            cur.execute("INSERT INTO audit_records (namespace_id, instance_id, actor, action, at, details) "
-                        "VALUES (%s, %s, 'w', 'task.complete', %s, '{}')", (bench.namespace_id, task["instance_id"], now))
+            cur.execute(
+                "INSERT INTO audit_records (namespace_id, instance_id, actor, action, at, details) "
+                "VALUES (%s, %s, 'w', 'task.complete', %s, '{}')",
+                (bench.namespace_id, task["instance_id"], now),
+            )
             conn.commit()
             done.append(1)
         conn.close()
+
     return work
 
 
@@ -283,38 +363,53 @@ def bench_pulse(bench: Bench, tasks: int) -> list[dict]:
             seconds = run_threads(workers, make(bench, done))
             assert len(done) == tasks, (name, len(done))
             rates[name] = tasks / seconds
-        results.append(report(f"tasks claimed+completed, {workers} worker(s)", rates["weave"], rates["baseline"],
-                              "tasks/s"))
+        results.append(
+            report(f"tasks claimed+completed, {workers} worker(s)", rates["weave"], rates["baseline"], "tasks/s")
+        )
     return results
 
 
 # ---- end to end: TASK-step workflows ------------------------------------------------------------------
 
-E2E_DEFINITION = {"name": "e2e", "steps": [
-    {"key": "a", "type": "TASK", "queue": QUEUE, "timeout_seconds": 3600},
-    {"key": "b", "type": "TASK", "queue": QUEUE, "timeout_seconds": 3600},
-]}
+E2E_DEFINITION = {
+    "name": "e2e",
+    "steps": [
+        {"key": "a", "type": "TASK", "queue": QUEUE, "timeout_seconds": 3600},
+        {"key": "b", "type": "TASK", "queue": QUEUE, "timeout_seconds": 3600},
+    ],
+}
 
 
 def bench_e2e(bench: Bench, workflows: int, workers: int = 8) -> list[dict]:
     client = Http(bench, bench.client_token)
     client.post("/definitions", E2E_DEFINITION)
     env = {**os.environ, "WEAVE_DATABASE_URL": bench.url.yoyo_url()}
-    scanner = subprocess.Popen([sys.executable, "-m", "weave.cli", "scan", "--idle-seconds", "0.02"], env=env,
-                               stderr=subprocess.DEVNULL)
+    scanner = subprocess.Popen(
+        [sys.executable, "-m", "weave.cli", "scan", "--idle-seconds", "0.02"], env=env, stderr=subprocess.DEVNULL
+    )
     run_id = time.time_ns()
     finished = threading.Event()
     try:
         # Earlier sections leave inbox events behind (their tasks' outcomes): drain them first, so
         # that this measures these workflows, not a backlog.
-        while bench.database.run(lambda tx: tx.one("SELECT COUNT(*) AS n FROM inbox_events WHERE status = 'PENDING'"))["n"]:
+        while bench.database.run(lambda tx: tx.one("SELECT COUNT(*) AS n FROM inbox_events WHERE status = 'PENDING'"))[
+            "n"
+        ]:
             time.sleep(0.2)
 
         def start_all(_):
             c = Http(bench, bench.client_token)
             for i in range(workflows):
-                c.post("/workflows", {"definition": "e2e", "version": 1, "input": {"i": i},
-                                      "deadline_seconds": 3600, "workflow_id": f"e2e-{run_id}-{i}"})
+                c.post(
+                    "/workflows",
+                    {
+                        "definition": "e2e",
+                        "version": 1,
+                        "input": {"i": i},
+                        "deadline_seconds": 3600,
+                        "workflow_id": f"e2e-{run_id}-{i}",
+                    },
+                )
 
         def work(i):
             if i == 0:
@@ -323,13 +418,21 @@ def bench_e2e(bench: Bench, workflows: int, workers: int = 8) -> list[dict]:
             while not finished.is_set():
                 status, task = c.post(f"/queues/{QUEUE}/claim", {"worker_id": f"w{i}", "wait_seconds": 1})
                 if status == 200:
-                    c.post(f"/tasks/{task['task_id']}/complete",
-                           {"lease_token": task["lease_token"], "outcome": "SUCCEEDED", "result": {"ok": True}})
+                    c.post(
+                        f"/tasks/{task['task_id']}/complete",
+                        {"lease_token": task["lease_token"], "outcome": "SUCCEEDED", "result": {"ok": True}},
+                    )
 
         def watch():
-            while bench.database.run(lambda tx: tx.one(
-                    "SELECT COUNT(*) AS n FROM instances WHERE workflow_id LIKE %s AND status = 'SUCCEEDED'",
-                    (f"e2e-{run_id}-%",)))["n"] < workflows:
+            while (
+                bench.database.run(
+                    lambda tx: tx.one(
+                        "SELECT COUNT(*) AS n FROM instances WHERE workflow_id LIKE %s AND status = 'SUCCEEDED'",
+                        (f"e2e-{run_id}-%",),
+                    )
+                )["n"]
+                < workflows
+            ):
                 time.sleep(0.05)
             finished.set()
 
@@ -342,8 +445,15 @@ def bench_e2e(bench: Bench, workflows: int, workers: int = 8) -> list[dict]:
         scanner.wait(10)
     weave_rate = workflows / seconds
     baseline_rate = workflows / _in_process_e2e(bench, workflows)
-    return [report(f"2-step TASK workflows end to end, {workers} workers", weave_rate, baseline_rate, "wf/s",
-                   "  (baseline: the same units in-process, no HTTP, no scanner process)")]
+    return [
+        report(
+            f"2-step TASK workflows end to end, {workers} workers",
+            weave_rate,
+            baseline_rate,
+            "wf/s",
+            "  (baseline: the same units in-process, no HTTP, no scanner process)",
+        )
+    ]
 
 
 def _in_process_e2e(bench: Bench, workflows: int) -> float:
@@ -354,15 +464,29 @@ def _in_process_e2e(bench: Bench, workflows: int) -> float:
     run_id = time.time_ns()
     started = time.perf_counter()
     for i in range(workflows):
-        instance_sql.start_workflow(db, bench.namespace_id, app_id, 1, "b", instance_sql.StartRequest(
-            f"raw-{run_id}-{i}", "e2e", 1, '{"i":%d}' % i, 3600, f"{i:064d}"))
+        instance_sql.start_workflow(
+            db,
+            bench.namespace_id,
+            app_id,
+            1,
+            "b",
+            instance_sql.StartRequest(f"raw-{run_id}-{i}", "e2e", 1, '{"i":%d}' % i, 3600, f"{i:064d}"),
+        )
     while True:
         did = 0
         for row in db.run(checkpoints.due_candidates, 100):
             did += engine.process_checkpoint(db, row["id"]) is not None
         while (claimed := task_sql.claim_task(db, bench.namespace_id, QUEUE, "w", 60, 1, "w")) is not None:
-            task_sql.complete_task(db, bench.namespace_id, claimed.task_id, claimed.lease_token,
-                                   task_sql.Completion("SUCCEEDED", '{"ok":true}'), frozenset({QUEUE}), 1, "w")
+            task_sql.complete_task(
+                db,
+                bench.namespace_id,
+                claimed.task_id,
+                claimed.lease_token,
+                task_sql.Completion("SUCCEEDED", '{"ok":true}'),
+                frozenset({QUEUE}),
+                1,
+                "w",
+            )
             did += 1
         for row in db.run(inbox.due_candidates, 100):
             did += engine.consume_inbox_event(db, row["id"]) is not None
@@ -373,12 +497,23 @@ def _in_process_e2e(bench: Bench, workflows: int) -> float:
 
 # ---- signal acceptance -------------------------------------------------------------------------------
 
-SIGNAL_DEFINITION = {"name": "pay", "steps": [
-    {"key": "reserve", "type": "TASK", "queue": QUEUE, "timeout_seconds": 3600},
-    {"key": "payment", "type": "SIGNAL", "timeout_seconds": 3600, "correlation": "/input/order_id",
-     "signal": {"name": "payment.settled", "payload_version": "v1",
-                "payload_schema": {"type": "object", "required": ["amount"]}}},
-]}
+SIGNAL_DEFINITION = {
+    "name": "pay",
+    "steps": [
+        {"key": "reserve", "type": "TASK", "queue": QUEUE, "timeout_seconds": 3600},
+        {
+            "key": "payment",
+            "type": "SIGNAL",
+            "timeout_seconds": 3600,
+            "correlation": "/input/order_id",
+            "signal": {
+                "name": "payment.settled",
+                "payload_version": "v1",
+                "payload_schema": {"type": "object", "required": ["amount"]},
+            },
+        },
+    ],
+}
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -387,17 +522,31 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def _signal_body(order: str) -> dict:
-    return {"name": "payment.settled", "payload_version": "v1", "target_step_key": "payment",
-            "target_activation_sequence": 1, "correlation_key": order, "payload": {"amount": 12.5},
-            "reason": "benchmark"}
+    return {
+        "name": "payment.settled",
+        "payload_version": "v1",
+        "target_step_key": "payment",
+        "target_activation_sequence": 1,
+        "correlation_key": order,
+        "payload": {"amount": 12.5},
+        "reason": "benchmark",
+    }
 
 
 def _start_signal_targets(bench: Bench, prefix: str, count: int) -> list[str]:
     client = Http(bench, bench.client_token)
     ids = [f"{prefix}-{i}" for i in range(count)]
     for workflow_id in ids:
-        status, _ = client.post("/workflows", {"definition": "pay", "version": 1, "input": {"order_id": "o"},
-                                               "deadline_seconds": 86400, "workflow_id": workflow_id})
+        status, _ = client.post(
+            "/workflows",
+            {
+                "definition": "pay",
+                "version": 1,
+                "input": {"order_id": "o"},
+                "deadline_seconds": 86400,
+                "workflow_id": workflow_id,
+            },
+        )
         assert status == 201, status
     return ids
 
@@ -424,6 +573,7 @@ def _http_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int
     def send(i):
         for n in range(per_client):
             latencies.append(send_one(clients[i], targets[(i * per_client + n) % len(targets)], f"c{i}-{n}"))
+
     return prepare, send
 
 
@@ -431,10 +581,10 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
     """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal,
     writing the same rows with the same contents (receipt, event data, audit details); without
     authentication, HTTP, JSON parsing, schema validation or the contract check."""
+    from weave import jsontext
     from weave.sql import audit as audit_sql
     from weave.sql import events as event_sql
     from weave.sql import signals as sig_sql
-    from weave import jsontext
     from weave.times import rfc3339
 
     body = _signal_body("o")
@@ -452,20 +602,65 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
         instance = cur.fetchone()
         cur.execute(sig_sql.FACTS_UNDER_LOCK, {"instance": instance_id, "key": key, "step": "payment"})
         now = cur.fetchone()["now"]
-        receipt_rest = jsontext.compact({
-            "workflow_id": workflow_id, "status": "PENDING", "disposition": None, "accepted_at": rfc3339(now),
-            "expires_at": rfc3339(instance["deadline_at"]), "idempotency_key": key, "request_digest": digest})[1:]
-        cur.execute(sig_sql.INSERT_SIGNAL, (
-            instance_id, body["name"], "v1", "payment", 1, b"o", payload_text, jsontext.sha256_text(payload_text),
-            1, body["reason"], None, "raw", 1, key, digest, "PENDING", None, now, instance["deadline_at"], now,
-            None, now, receipt_rest))
-        data = {"signal_id": str(cur.lastrowid), "name": fields["name"], "target_step_key": "payment",
-                "target_activation_sequence": 1, "status": "PENDING", "disposition": None, "actor": "raw"}
+        receipt_rest = jsontext.compact(
+            {
+                "workflow_id": workflow_id,
+                "status": "PENDING",
+                "disposition": None,
+                "accepted_at": rfc3339(now),
+                "expires_at": rfc3339(instance["deadline_at"]),
+                "idempotency_key": key,
+                "request_digest": digest,
+            }
+        )[1:]
+        cur.execute(
+            sig_sql.INSERT_SIGNAL,
+            (
+                instance_id,
+                body["name"],
+                "v1",
+                "payment",
+                1,
+                b"o",
+                payload_text,
+                jsontext.sha256_text(payload_text),
+                1,
+                body["reason"],
+                None,
+                "raw",
+                1,
+                key,
+                digest,
+                "PENDING",
+                None,
+                now,
+                instance["deadline_at"],
+                now,
+                None,
+                now,
+                receipt_rest,
+            ),
+        )
+        data = {
+            "signal_id": str(cur.lastrowid),
+            "name": fields["name"],
+            "target_step_key": "payment",
+            "target_activation_sequence": 1,
+            "status": "PENDING",
+            "disposition": None,
+            "actor": "raw",
+        }
         cur.execute(event_sql.APPEND_EVENT, (instance_id, "SIGNAL_ACCEPTED", now, jsontext.compact(data), instance_id))
-        details = {**data, "idempotency_key": key, "accepted_at": rfc3339(now),
-                   "instance_deadline_at": rfc3339(instance["deadline_at"])}
-        cur.execute(audit_sql.INSERT_AUDIT, (bench.namespace_id, instance_id, 1, "raw", "signal.send", digest,
-                                             now, jsontext.compact(details)))
+        details = {
+            **data,
+            "idempotency_key": key,
+            "accepted_at": rfc3339(now),
+            "instance_deadline_at": rfc3339(instance["deadline_at"]),
+        }
+        cur.execute(
+            audit_sql.INSERT_AUDIT,
+            (bench.namespace_id, instance_id, 1, "raw", "signal.send", digest, now, jsontext.compact(details)),
+        )
         cur.connection.commit()
         return time.perf_counter() - started
 
@@ -479,6 +674,7 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
         for n in range(per_client):
             latencies.append(send_one(cur, targets[(i * per_client + n) % len(targets)], f"raw-c{i}-{n}"))
         connections[i].close()
+
     return prepare, send
 
 
@@ -515,22 +711,32 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
             for _ in range(repeat):
                 for name, sender in (("weave", _http_sender), ("baseline", _raw_sender)):
                     run += 1
-                    rate, times, split = _signal_run(bench, sender, instances if shape == "many instances" else 1,
-                                                     clients, per_client, str(run))
+                    rate, times, split = _signal_run(
+                        bench, sender, instances if shape == "many instances" else 1, clients, per_client, str(run)
+                    )
                     rates[name].append(rate)
                     latencies[name] += times
                     cpu[name].append(split)
             ratios = [w / b for w, b in zip(rates["weave"], rates["baseline"])]
-            tails = {name: (percentile(times, 50) * 1000, percentile(times, 99) * 1000)
-                     for name, times in latencies.items()}
+            tails = {
+                name: (percentile(times, 50) * 1000, percentile(times, 99) * 1000) for name, times in latencies.items()
+            }
             mean_cpu = {name: [sum(column) / len(column) for column in zip(*splits)] for name, splits in cpu.items()}
-            extra = (f"   p50/p99 ms weave {tails['weave'][0]:.1f}/{tails['weave'][1]:.1f}"
-                     f" baseline {tails['baseline'][0]:.1f}/{tails['baseline'][1]:.1f}"
-                     "   CPU ms/signal (server, load, db) weave %.2f, %.2f, %.2f baseline -, %.2f, %.2f"
-                     % (*mean_cpu["weave"], mean_cpu["baseline"][1], mean_cpu["baseline"][2])
-                     + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else ""))
-            row = report(f"signals accepted, {shape}, {clients} client(s)", median(rates["weave"]),
-                         median(rates["baseline"]), "sig/s", extra, ratio=median(ratios))
+            extra = (
+                f"   p50/p99 ms weave {tails['weave'][0]:.1f}/{tails['weave'][1]:.1f}"
+                f" baseline {tails['baseline'][0]:.1f}/{tails['baseline'][1]:.1f}"
+                "   CPU ms/signal (server, load, db) weave %.2f, %.2f, %.2f baseline -, %.2f, %.2f"
+                % (*mean_cpu["weave"], mean_cpu["baseline"][1], mean_cpu["baseline"][2])
+                + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
+            )
+            row = report(
+                f"signals accepted, {shape}, {clients} client(s)",
+                median(rates["weave"]),
+                median(rates["baseline"]),
+                "sig/s",
+                extra,
+                ratio=median(ratios),
+            )
             row["run_ratios"] = [round(r, 3) for r in ratios]
             row["p50_ms"], row["p99_ms"] = round(tails["weave"][0], 1), round(tails["weave"][1], 1)
             row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in mean_cpu.items()}
@@ -570,6 +776,7 @@ def _cpu_seconds(pid: int) -> float:
 
 # ---- signal to consumption latency ----------------------------------------------------------------------
 
+
 def bench_latency(bench: Bench, signals: int, idle_window: float = 5.0) -> list[dict]:
     """Acceptance to consumption with one `weave scan` running and active waits (database times)."""
     client = Http(bench, bench.client_token)
@@ -580,12 +787,27 @@ def bench_latency(bench: Bench, signals: int, idle_window: float = 5.0) -> list[
         ids = []
         for i in range(signals):
             ids.append(f"lat-{i}")
-            client.post("/workflows", {"definition": "wait", "version": 1, "input": {"order_id": f"o-{i}"},
-                                       "deadline_seconds": 86400, "workflow_id": ids[-1]})
+            client.post(
+                "/workflows",
+                {
+                    "definition": "wait",
+                    "version": 1,
+                    "input": {"order_id": f"o-{i}"},
+                    "deadline_seconds": 86400,
+                    "workflow_id": ids[-1],
+                },
+            )
         deadline = time.monotonic() + 60
-        while bench.database.run(lambda tx: tx.one("SELECT COUNT(*) AS n FROM waits WHERE status = 'WAITING' "
-                                                   "AND step_key = 'payment' AND instance_id IN (SELECT id FROM "
-                                                   "instances WHERE workflow_id LIKE 'lat-%%')"))["n"] < signals:
+        while (
+            bench.database.run(
+                lambda tx: tx.one(
+                    "SELECT COUNT(*) AS n FROM waits WHERE status = 'WAITING' "
+                    "AND step_key = 'payment' AND instance_id IN (SELECT id FROM "
+                    "instances WHERE workflow_id LIKE 'lat-%%')"
+                )
+            )["n"]
+            < signals
+        ):
             assert time.monotonic() < deadline, "waits did not activate"
             time.sleep(0.1)
         time.sleep(1)
@@ -596,41 +818,70 @@ def bench_latency(bench: Bench, signals: int, idle_window: float = 5.0) -> list[
             client.headers["Idempotency-Key"] = f"lat-{i}"
             client.post(f"/workflows/{workflow_id}/signals", _signal_body(f"o-{i}"))
             time.sleep(0.037)  # spread the sends over the scanner's sleep cycle
-        while bench.database.run(lambda tx: tx.one("SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING' "
-                                                   "AND idempotency_key LIKE 'lat-%%'"))["n"]:
+        while bench.database.run(
+            lambda tx: tx.one(
+                "SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING' AND idempotency_key LIKE 'lat-%%'"
+            )
+        )["n"]:
             time.sleep(0.1)
-        rows = bench.database.run(lambda tx: tx.all("SELECT TIMESTAMPDIFF(MICROSECOND, accepted_at, consumed_at) AS us"
-                                                    " FROM signals WHERE idempotency_key LIKE 'lat-%%'"))
+        rows = bench.database.run(
+            lambda tx: tx.all(
+                "SELECT TIMESTAMPDIFF(MICROSECOND, accepted_at, consumed_at) AS us"
+                " FROM signals WHERE idempotency_key LIKE 'lat-%%'"
+            )
+        )
     finally:
         scanner.terminate()
         scanner.wait(10)
     millis = [row["us"] / 1000 for row in rows]
     p50, p99 = percentile(millis, 50), percentile(millis, 99)
-    print(f"signal accepted -> consumed ({len(millis)} signals, one scanner)   p50 {p50:.1f} ms   p99 {p99:.1f} ms   "
-          f"max {max(millis):.1f} ms   idle scanner CPU {idle_cpu * 100:.1f}% of a core", flush=True)
-    return [{"label": "signal accepted -> consumed", "p50_ms": round(p50, 1), "p99_ms": round(p99, 1),
-             "max_ms": round(max(millis), 1), "idle_scanner_cpu_percent": round(idle_cpu * 100, 2)}]
+    print(
+        f"signal accepted -> consumed ({len(millis)} signals, one scanner)   p50 {p50:.1f} ms   p99 {p99:.1f} ms   "
+        f"max {max(millis):.1f} ms   idle scanner CPU {idle_cpu * 100:.1f}% of a core",
+        flush=True,
+    )
+    return [
+        {
+            "label": "signal accepted -> consumed",
+            "p50_ms": round(p50, 1),
+            "p99_ms": round(p99, 1),
+            "max_ms": round(max(millis), 1),
+            "idle_scanner_cpu_percent": round(idle_cpu * 100, 2),
+        }
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--workflows", type=int, default=300)
-    parser.add_argument("--signals", type=int, default=3000,
-                        help=f"signals per acceptance run (one hot instance: at most {HOT_INSTANCE_SIGNALS})")
+    parser.add_argument(
+        "--signals",
+        type=int,
+        default=3000,
+        help=f"signals per acceptance run (one hot instance: at most {HOT_INSTANCE_SIGNALS})",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="alternating weave/baseline runs per signal figure")
     parser.add_argument("--latency-signals", type=int, default=200)
     parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency"))
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    parser.add_argument("--server-threads", type=int, default=16,
-                        help="waitress threads per `weave serve` process (long-polling workers each hold one)")
-    parser.add_argument("--server-processes", type=int, default=os.cpu_count(),
-                        help="`weave serve --processes` (default: one per core)")
+    parser.add_argument(
+        "--server-threads",
+        type=int,
+        default=16,
+        help="waitress threads per `weave serve` process (long-polling workers each hold one)",
+    )
+    parser.add_argument(
+        "--server-processes", type=int, default=os.cpu_count(), help="`weave serve --processes` (default: one per core)"
+    )
     args = parser.parse_args(argv)
     results = []
     with running_weave(args.server_threads, args.server_processes) as bench:
-        print(f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, weave serve "
-              f"--processes {args.server_processes} --threads {args.server_threads}", flush=True)
+        print(
+            f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, weave serve "
+            f"--processes {args.server_processes} --threads {args.server_threads}",
+            flush=True,
+        )
         if args.only in (None, "pulse"):
             results += bench_pulse(bench, args.tasks)
         if args.only in (None, "e2e"):

@@ -16,8 +16,12 @@ import urllib.request
 
 
 def call(base: str, token: str, path: str, body: dict):
-    request = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST", headers={
-        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    request = urllib.request.Request(
+        base + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         data = response.read()
         return response.status, (json.loads(data) if data else None)
@@ -45,13 +49,21 @@ def main() -> int:
     done = 0
     try:
         while not args.tasks or done < args.tasks:
-            status, task = call(args.base, args.token, f"{prefix}/queues/{args.queue}/claim",
-                                {"worker_id": "example-worker", "lease_seconds": 60, "wait_seconds": 5})
+            status, task = call(
+                args.base,
+                args.token,
+                f"{prefix}/queues/{args.queue}/claim",
+                {"worker_id": "example-worker", "lease_seconds": 60, "wait_seconds": 5},
+            )
             if status == 204:
                 continue
             result = work(task)
-            call(args.base, args.token, f"{prefix}/tasks/{task['task_id']}/complete",
-                 {"lease_token": task["lease_token"], "outcome": "SUCCEEDED", "result": result})
+            call(
+                args.base,
+                args.token,
+                f"{prefix}/tasks/{task['task_id']}/complete",
+                {"lease_token": task["lease_token"], "outcome": "SUCCEEDED", "result": result},
+            )
             done += 1
             print(f"{task['workflow_id']} {task['step_key']} -> {json.dumps(result)}", flush=True)
     except urllib.error.HTTPError as exc:

@@ -45,15 +45,24 @@ def lock_active(tx: Tx, instance_id: int) -> list[dict]:
     return [lock(tx, row["id"]) for row in tx.all(SELECT_ACTIVE_IDS, (instance_id,))]
 
 
-def insert(tx: Tx, instance_id: int, step_key: str, step_index: int, sequence: int,
-           deadline_at: datetime) -> dict:
+def insert(tx: Tx, instance_id: int, step_key: str, step_index: int, sequence: int, deadline_at: datetime) -> dict:
     """A new ACTIVE activation; returns its row (as `lock` would read it)."""
     activation_id = tx.insert(INSERT_ACTIVATION, (instance_id, step_key, step_index, sequence, tx.now(), deadline_at))
-    return {"id": activation_id, "instance_id": instance_id, "step_key": step_key, "step_index": step_index,
-            "activation_sequence": sequence, "status": "ACTIVE", "deadline_at": deadline_at}
+    return {
+        "id": activation_id,
+        "instance_id": instance_id,
+        "step_key": step_key,
+        "step_index": step_index,
+        "activation_sequence": sequence,
+        "status": "ACTIVE",
+        "deadline_at": deadline_at,
+    }
 
 
 def settle(tx: Tx, activation_id: int, status: str, result_text: str | None, review_reason: str | None) -> None:
     """ACTIVE -> `status` (the caller holds the activation lock)."""
-    tx.transition(SETTLE_ACTIVATION, (status, result_text, review_reason, tx.now(), activation_id),
-                  f"settle activation {activation_id} as {status}")
+    tx.transition(
+        SETTLE_ACTIVATION,
+        (status, result_text, review_reason, tx.now(), activation_id),
+        f"settle activation {activation_id} as {status}",
+    )

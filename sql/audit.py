@@ -13,11 +13,21 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 """
 
 
-def record(tx: Tx, namespace_id: int, actor: str, action: str, details: dict, *,
-           instance_id: int | None = None, credential_id: int | None = None,
-           request_digest: str | None = None) -> None:
-    tx.execute(INSERT_AUDIT, (namespace_id, instance_id, credential_id, actor, action, request_digest,
-                              tx.now(), jsontext.compact(details)))
+def record(
+    tx: Tx,
+    namespace_id: int,
+    actor: str,
+    action: str,
+    details: dict,
+    *,
+    instance_id: int | None = None,
+    credential_id: int | None = None,
+    request_digest: str | None = None,
+) -> None:
+    tx.execute(
+        INSERT_AUDIT,
+        (namespace_id, instance_id, credential_id, actor, action, request_digest, tx.now(), jsontext.compact(details)),
+    )
 
 
 SELECT_ACCEPTANCE_DIGEST = """

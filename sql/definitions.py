@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from weave.sql import audit
 from weave import jsontext
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
+from weave.sql import audit
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,9 @@ def _definition(row: dict | None) -> Definition | None:
 
 
 @unit_of_work(replay_on=("uq_definitions_name_version",))
-def publish_definition(tx: Tx, namespace_id: int, document: dict, credential_id: int, actor: str
-                       ) -> tuple[Definition, bool]:
+def publish_definition(
+    tx: Tx, namespace_id: int, document: dict, credential_id: int, actor: str
+) -> tuple[Definition, bool]:
     """Publish `document` (already schema-valid); returns (definition, created)."""
     digest = jsontext.digest(document)
     tx.one(LOCK_NAMESPACE, (namespace_id,))
@@ -60,7 +61,8 @@ def publish_definition(tx: Tx, namespace_id: int, document: dict, credential_id:
     known_queues = {row["name"] for row in tx.all(SELECT_QUEUE_NAMES, (namespace_id,))}
     missing = [
         {"pointer": f"/steps/{i}/queue", "message": f"queue {step['queue']!r} does not exist in this namespace"}
-        for i, step in enumerate(document["steps"]) if "queue" in step and step["queue"] not in known_queues
+        for i, step in enumerate(document["steps"])
+        if "queue" in step and step["queue"] not in known_queues
     ]
     if missing:
         raise WeaveError(Code.VALIDATION_FAILED, f"{missing[0]['pointer']}: {missing[0]['message']}", missing)
@@ -68,9 +70,15 @@ def publish_definition(tx: Tx, namespace_id: int, document: dict, credential_id:
     text = jsontext.compact(document)
     now = tx.now()
     definition_id = tx.insert(INSERT_DEFINITION, (namespace_id, document["name"], version, digest, text, now))
-    audit.record(tx, namespace_id, actor, "definition.publish",
-                 {"name": document["name"], "version": version, "digest": digest},
-                 credential_id=credential_id, request_digest=digest)
+    audit.record(
+        tx,
+        namespace_id,
+        actor,
+        "definition.publish",
+        {"name": document["name"], "version": version, "digest": digest},
+        credential_id=credential_id,
+        request_digest=digest,
+    )
     return Definition(definition_id, document["name"], version, digest, now, text), True
 
 

@@ -28,8 +28,7 @@ from weave.rules import control as control_rules
 from weave.rules import correlation, gate, progress
 from weave.rules import signals as signal_rules
 from weave.rules import waits as wait_rules
-from weave.sql import (activations, audit, checkpoints, definitions, events, inbox, instances, signals, tasks,
-                       waits)
+from weave.sql import activations, audit, checkpoints, definitions, events, inbox, instances, signals, tasks, waits
 from weave.sql.instances import WorkflowFacts
 from weave.times import rfc3339
 
@@ -39,6 +38,7 @@ DISABLED_APPLICATION_RECHECK = timedelta(seconds=60)
 
 
 # ---- the scanner's units ----------------------------------------------------------------------------
+
 
 @unit_of_work
 def process_checkpoint(tx: Tx, checkpoint_id: int) -> str | None:
@@ -71,9 +71,17 @@ def consume_inbox_event(tx: Tx, inbox_id: int) -> str | None:
     inbox.mark_consumed(tx, inbox_id)
     if task["kind"] != "TASK" or activation["status"] != "ACTIVE":
         # The step moved on without this task (deadline review, cancellation, recovery): keep the fact.
-        events.append(tx, instance["id"], "TASK_OUTCOME_RECORDED",
-                      {"task_id": str(task["id"]), "outcome": event["outcome"], "step": activation["step_key"],
-                       "activation_status": activation["status"]})
+        events.append(
+            tx,
+            instance["id"],
+            "TASK_OUTCOME_RECORDED",
+            {
+                "task_id": str(task["id"]),
+                "outcome": event["outcome"],
+                "step": activation["step_key"],
+                "activation_status": activation["status"],
+            },
+        )
         return "RECORDED"
     if event["outcome"] != "SUCCEEDED":
         review_step(tx, instance, activation, progress.TASK_REVIEW_REASONS[event["outcome"]], SCANNER)
@@ -87,9 +95,11 @@ def consume_inbox_event(tx: Tx, inbox_id: int) -> str | None:
 
 # ---- control (the API's unit) ---------------------------------------------------------------------
 
+
 @unit_of_work
-def control(tx: Tx, namespace_id: int, workflow_id: str, action: str, reason: str, credential_id: int,
-            actor: str) -> WorkflowFacts:
+def control(
+    tx: Tx, namespace_id: int, workflow_id: str, action: str, reason: str, credential_id: int, actor: str
+) -> WorkflowFacts:
     """R1: pause, resume or cancel, audited with the reason; 409 INVALID_STATE when not allowed."""
     instance_id = instances.instance_id(tx, namespace_id, workflow_id)
     if instance_id is None:
@@ -108,14 +118,22 @@ def control(tx: Tx, namespace_id: int, workflow_id: str, action: str, reason: st
         for activation in open_activations:
             tasks.cancel_open_tasks(tx, activation["id"])
     _move_instance(tx, instance, target.status, target.gate, None, actor, {"action": action, "reason": reason})
-    audit.record(tx, namespace_id, actor, f"workflow.{action}", {"workflow_id": workflow_id, "reason": reason},
-                 instance_id=instance_id, credential_id=credential_id)
+    audit.record(
+        tx,
+        namespace_id,
+        actor,
+        f"workflow.{action}",
+        {"workflow_id": workflow_id, "reason": reason},
+        instance_id=instance_id,
+        credential_id=credential_id,
+    )
     if action == "resume":
         checkpoints.schedule_root(tx, instance_id, tx.now())
     return instances.read_facts(tx, namespace_id, workflow_id)
 
 
 # ---- advancing an instance --------------------------------------------------------------------------
+
 
 def advance(tx: Tx, instance: dict, actor: str = SCANNER) -> str:
     """Decide and do the instance's next move; returns the move for logs and tests."""
@@ -132,8 +150,11 @@ def advance(tx: Tx, instance: dict, actor: str = SCANNER) -> str:
         return where.move
     if where.move == progress.STUCK:
         return where.move
-    verdict = gate.new_work(gate.GateFacts(instance["status"], instance["gate"], instance["application_status"],
-                                           instance["deadline_at"], tx.now()))
+    verdict = gate.new_work(
+        gate.GateFacts(
+            instance["status"], instance["gate"], instance["application_status"], instance["deadline_at"], tx.now()
+        )
+    )
     if verdict == gate.GO:
         activate(tx, instance, steps[where.index], where.index, 1, actor)
         return "ACTIVATED"
@@ -153,15 +174,22 @@ def activate(tx: Tx, instance: dict, step: dict, index: int, sequence: int, acto
     data = {"step": step["key"], "activation_sequence": sequence, "deadline_at": rfc3339(deadline_at)}
     review_reason = None
     if step["type"] == "TASK":
-        task_id = tasks.create(tx, instance["namespace_id"], step["queue"], instance["id"], activation["id"], "TASK",
-                               step.get("max_attempts", 3), deadline_at)
+        task_id = tasks.create(
+            tx,
+            instance["namespace_id"],
+            step["queue"],
+            instance["id"],
+            activation["id"],
+            "TASK",
+            step.get("max_attempts", 3),
+            deadline_at,
+        )
         data["task_id"] = str(task_id)
         # Look again at the step deadline: a step whose task has not finished by then goes to review.
         checkpoints.schedule_root(tx, instance["id"], deadline_at)
     elif step["type"] == "SIGNAL":
         try:
-            context = instances.context(tx, instance["id"], instance["workflow_id"], instance["input"],
-                                        jsontext.loads)
+            context = instances.context(tx, instance["id"], instance["workflow_id"], instance["input"], jsontext.loads)
             key = correlation.correlation_key(context, step["correlation"])
         except correlation.Unresolved as exc:
             review_reason, data["problem"] = "CORRELATION_UNRESOLVED", str(exc)
@@ -202,6 +230,7 @@ def _check_step_deadline(tx: Tx, instance: dict, latest: dict, actor: str) -> No
 
 # ---- consuming a wait's signal -------------------------------------------------------------------------
 
+
 def consume_wait(tx: Tx, instance: dict, wait_id: int, actor: str) -> str:
     """A WAIT checkpoint: take the winner, reject what cannot win, or expire at the deadline (S2.2-S2.8).
 
@@ -218,8 +247,12 @@ def consume_wait(tx: Tx, instance: dict, wait_id: int, actor: str) -> str:
     pending = signals.lock_pending_of_generation(tx, instance["id"], wait["step_key"], wait["activation_sequence"])
     verdict = wait_rules.adjudicate(
         wait_rules.WaitFacts(wait["name"], wait["payload_version"], wait["correlation"], wait["deadline_at"]),
-        [wait_rules.PendingSignal(s["id"], s["name"], s["payload_version"], s["correlation"], s["accepted_at"])
-         for s in pending], tx.now())
+        [
+            wait_rules.PendingSignal(s["id"], s["name"], s["payload_version"], s["correlation"], s["accepted_at"])
+            for s in pending
+        ],
+        tx.now(),
+    )
     for signal_id, disposition in verdict.rejected.items():
         signals.reject(tx, signal_id, disposition)
         events.append(tx, instance["id"], "SIGNAL_REJECTED", {"signal_id": str(signal_id), "disposition": disposition})
@@ -232,9 +265,19 @@ def consume_wait(tx: Tx, instance: dict, wait_id: int, actor: str) -> str:
         signals.consume(tx, winner["id"], wait_id)
         waits.satisfy(tx, wait_id, winner["id"])
         events.append(tx, instance["id"], "SIGNAL_CONSUMED", {"signal_id": str(winner["id"]), "wait_id": str(wait_id)})
-        audit.record(tx, instance["namespace_id"], actor, "signal.consume",
-                     {"signal_id": str(winner["id"]), "wait_id": str(wait_id), "step": wait["step_key"],
-                      "activation_sequence": wait["activation_sequence"]}, instance_id=instance["id"])
+        audit.record(
+            tx,
+            instance["namespace_id"],
+            actor,
+            "signal.consume",
+            {
+                "signal_id": str(winner["id"]),
+                "wait_id": str(wait_id),
+                "step": wait["step_key"],
+                "activation_sequence": wait["activation_sequence"],
+            },
+            instance_id=instance["id"],
+        )
         result = winner["payload"] if winner["payload_present"] and winner["payload"] is not None else "null"
         succeed_step(tx, instance, activation, result, actor)
         return "CONSUMED"
@@ -248,11 +291,15 @@ def consume_wait(tx: Tx, instance: dict, wait_id: int, actor: str) -> str:
 
 def _proof_holds(tx: Tx, instance: dict, signal: dict) -> bool:
     """S1.12: the stored signal still gives the digest recorded in its acceptance audit record."""
-    fields = {"name": signal["name"], "payload_version": signal["payload_version"],
-              "target_step_key": signal["target_step_key"],
-              "target_activation_sequence": signal["target_activation_sequence"],
-              "correlation_key": signal["correlation"].decode("utf-8", "surrogateescape"),
-              "reason": signal["reason"], "evidence_ref": signal["evidence_ref"]}
+    fields = {
+        "name": signal["name"],
+        "payload_version": signal["payload_version"],
+        "target_step_key": signal["target_step_key"],
+        "target_activation_sequence": signal["target_activation_sequence"],
+        "correlation_key": signal["correlation"].decode("utf-8", "surrogateescape"),
+        "reason": signal["reason"],
+        "evidence_ref": signal["evidence_ref"],
+    }
     try:
         payload = jsontext.loads(signal["payload"]) if signal["payload_present"] else signal_rules.ABSENT
     except jsontext.JsonRejected:
@@ -264,6 +311,7 @@ def _proof_holds(tx: Tx, instance: dict, signal: dict) -> bool:
 
 
 # ---- settling a step, and the instance's state ---------------------------------------------------------
+
 
 def succeed_step(tx: Tx, instance: dict, activation: dict, result_text: str, actor: str) -> str:
     """The step succeeded with `result_text`; the instance moves on (its successor, or SUCCEEDED)."""
@@ -280,26 +328,46 @@ def review_step(tx: Tx, instance: dict, activation: dict, reason: str, actor: st
     return _move_instance(tx, instance, "NEEDS_REVIEW", gate.CLOSED, reason, actor, {"step": activation["step_key"]})
 
 
-def _settle_step(tx: Tx, instance: dict, activation: dict, status: str, result_text: str | None,
-                 review_reason: str | None, actor: str) -> None:
+def _settle_step(
+    tx: Tx,
+    instance: dict,
+    activation: dict,
+    status: str,
+    result_text: str | None,
+    review_reason: str | None,
+    actor: str,
+) -> None:
     """The locked ACTIVE activation ends in `status`, with its event and audit record."""
     activations.settle(tx, activation["id"], status, result_text, review_reason)
     data = {"step": activation["step_key"], "activation_sequence": activation["activation_sequence"]}
     if review_reason:
         data["review_reason"] = review_reason
     events.append(tx, instance["id"], f"STEP_{status}", data)
-    audit.record(tx, instance["namespace_id"], actor, "step.settle", {**data, "status": status},
-                 instance_id=instance["id"])
+    audit.record(
+        tx, instance["namespace_id"], actor, "step.settle", {**data, "status": status}, instance_id=instance["id"]
+    )
 
 
-def _move_instance(tx: Tx, instance: dict, status: str, gate_state: str, review_reason: str | None, actor: str,
-                   event_data: dict | None = None) -> dict:
+def _move_instance(
+    tx: Tx,
+    instance: dict,
+    status: str,
+    gate_state: str,
+    review_reason: str | None,
+    actor: str,
+    event_data: dict | None = None,
+) -> dict:
     """Move the locked instance to (status, gate, review_reason) with its event and audit record;
     returns the instance as it is afterwards."""
     moved = instances.move(tx, instance, status, gate_state, review_reason)
     data = {"status": status, "gate": gate_state, "review_reason": review_reason, **(event_data or {})}
     events.append(tx, instance["id"], f"WORKFLOW_{status}", data)
-    audit.record(tx, instance["namespace_id"], actor, "workflow.state",
-                 {"from": {"status": instance["status"], "gate": instance["gate"]}, "to": data},
-                 instance_id=instance["id"])
+    audit.record(
+        tx,
+        instance["namespace_id"],
+        actor,
+        "workflow.state",
+        {"from": {"status": instance["status"], "gate": instance["gate"]}, "to": data},
+        instance_id=instance["id"],
+    )
     return moved

@@ -35,8 +35,9 @@ LIMIT %s
 """
 
 
-def append(tx: Tx, task_id: int, instance_id: int, outcome: str, result_text: str | None,
-           completed_at: datetime) -> None:
+def append(
+    tx: Tx, task_id: int, instance_id: int, outcome: str, result_text: str | None, completed_at: datetime
+) -> None:
     """The one inbox event of a task's final outcome; due at once."""
     tx.execute(INSERT_INBOX, (task_id, instance_id, outcome, result_text, completed_at, completed_at))
 

@@ -9,12 +9,12 @@ later change of an instance's status is the engine's, through `move`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
 from datetime import timedelta
+from typing import Any, Callable
 
-from weave.sql import audit, checkpoints, definitions, events
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
+from weave.sql import audit, checkpoints, definitions, events
 from weave.times import rfc3339
 
 
@@ -88,8 +88,9 @@ def read_workflow(tx: Tx, namespace_id: int, workflow_id: str) -> WorkflowFacts 
 
 
 @unit_of_work(replay_on=("uq_instances_workflow",))
-def start_workflow(tx: Tx, namespace_id: int, application_id: int, credential_id: int, actor: str,
-                   request: StartRequest) -> tuple[WorkflowFacts, bool]:
+def start_workflow(
+    tx: Tx, namespace_id: int, application_id: int, credential_id: int, actor: str, request: StartRequest
+) -> tuple[WorkflowFacts, bool]:
     """Start an instance (I1, I2); returns (facts, created).
 
     The same workflow_id with the same request digest answers the existing instance; with another
@@ -99,25 +100,58 @@ def start_workflow(tx: Tx, namespace_id: int, application_id: int, credential_id
     existing = read_facts(tx, namespace_id, request.workflow_id)
     if existing is not None:
         if existing.instance["request_digest"] != request.request_digest:
-            raise WeaveError(Code.WORKFLOW_EXISTS,
-                             f"workflow {request.workflow_id!r} exists and was started with another request")
+            raise WeaveError(
+                Code.WORKFLOW_EXISTS, f"workflow {request.workflow_id!r} exists and was started with another request"
+            )
         return existing, False
     definition = definitions.pinned(tx, namespace_id, request.definition, request.version)
     if definition is None:
-        raise WeaveError(Code.DEFINITION_NOT_FOUND,
-                         f"definition {request.definition!r} version {request.version} does not exist")
+        raise WeaveError(
+            Code.DEFINITION_NOT_FOUND, f"definition {request.definition!r} version {request.version} does not exist"
+        )
     now = tx.now()
     deadline_at = now + timedelta(seconds=request.deadline_seconds)
-    instance_id = tx.insert(INSERT_INSTANCE, (namespace_id, request.workflow_id, definition.id, application_id,
-                                              request.input_text, request.request_digest, deadline_at, now, now))
+    instance_id = tx.insert(
+        INSERT_INSTANCE,
+        (
+            namespace_id,
+            request.workflow_id,
+            definition.id,
+            application_id,
+            request.input_text,
+            request.request_digest,
+            deadline_at,
+            now,
+            now,
+        ),
+    )
     checkpoints.schedule_root(tx, instance_id, now)
-    events.append(tx, instance_id, "WORKFLOW_STARTED",
-                  {"definition": definition.name, "version": definition.version, "actor": actor,
-                   "deadline_at": rfc3339(deadline_at)})
-    audit.record(tx, namespace_id, actor, "workflow.start",
-                 {"workflow_id": request.workflow_id, "definition": definition.name,
-                  "version": definition.version, "deadline_at": rfc3339(deadline_at)},
-                 instance_id=instance_id, credential_id=credential_id, request_digest=request.request_digest)
+    events.append(
+        tx,
+        instance_id,
+        "WORKFLOW_STARTED",
+        {
+            "definition": definition.name,
+            "version": definition.version,
+            "actor": actor,
+            "deadline_at": rfc3339(deadline_at),
+        },
+    )
+    audit.record(
+        tx,
+        namespace_id,
+        actor,
+        "workflow.start",
+        {
+            "workflow_id": request.workflow_id,
+            "definition": definition.name,
+            "version": definition.version,
+            "deadline_at": rfc3339(deadline_at),
+        },
+        instance_id=instance_id,
+        credential_id=credential_id,
+        request_digest=request.request_digest,
+    )
     return read_facts(tx, namespace_id, request.workflow_id), True
 
 
@@ -170,7 +204,9 @@ def instance_id(tx: Tx, namespace_id: int, workflow_id: str) -> int | None:
 def move(tx: Tx, instance: dict, status: str, gate: str, review_reason: str | None) -> dict:
     """Move the locked instance from the (status, gate) it was read with; returns the instance as
     it is now (the caller's dict is left as it was read)."""
-    tx.transition(UPDATE_INSTANCE_STATE, (status, gate, review_reason, tx.now(), instance["id"], instance["status"],
-                                          instance["gate"]),
-                  f"move instance {instance['id']} from {instance['status']} to {status}")
+    tx.transition(
+        UPDATE_INSTANCE_STATE,
+        (status, gate, review_reason, tx.now(), instance["id"], instance["status"], instance["gate"]),
+        f"move instance {instance['id']} from {instance['status']} to {status}",
+    )
     return {**instance, "status": status, "gate": gate, "review_reason": review_reason}

@@ -20,13 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from weave.sql import audit, backoff, checkpoints, definitions, events, instances, waits
 from weave import jsontext
 from weave.auth import Principal
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import definitions as definition_rules
 from weave.rules import signals as rules
+from weave.sql import audit, backoff, checkpoints, definitions, events, instances, waits
 from weave.times import rfc3339
 
 SIGNALS_PER_INSTANCE = 1024
@@ -149,8 +149,9 @@ def target_instance(tx: Tx, principal: Principal, workflow_id: str) -> dict:
 
 def _replay(existing: dict, request: SignalRequest) -> Receipt:
     if existing["request_digest"] != request.request_digest:
-        raise WeaveError(Code.IDEMPOTENCY_CONFLICT,
-                         f"Idempotency-Key {request.idempotency_key!r} was used for a different signal")
+        raise WeaveError(
+            Code.IDEMPOTENCY_CONFLICT, f"Idempotency-Key {request.idempotency_key!r} was used for a different signal"
+        )
     return Receipt(_receipt_text(existing["signal_id"], existing["receipt"]), replayed=True)
 
 
@@ -183,49 +184,104 @@ def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalR
     if queues:
         tx.all(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
     instance = tx.one(LOCK_INSTANCE, (unlocked["id"],))
-    known = tx.one(FACTS_UNDER_LOCK, {"instance": instance["id"], "key": request.idempotency_key,
-                                      "step": request.fields["target_step_key"]})
+    known = tx.one(
+        FACTS_UNDER_LOCK,
+        {"instance": instance["id"], "key": request.idempotency_key, "step": request.fields["target_step_key"]},
+    )
     if known["twin"]:  # a concurrent twin committed first
         return _replay(tx.one(SELECT_BY_IDEMPOTENCY_KEY, (instance["id"], request.idempotency_key)), request)
     if known["stored"] >= SIGNALS_PER_INSTANCE:
-        raise WeaveError(Code.SIGNAL_LIMIT_REACHED, f"workflow {workflow_id!r} already holds "
-                                                    f"{SIGNALS_PER_INSTANCE} signals")
+        raise WeaveError(
+            Code.SIGNAL_LIMIT_REACHED, f"workflow {workflow_id!r} already holds {SIGNALS_PER_INSTANCE} signals"
+        )
     facts = _target_facts(tx, instance, request, known)
     decision = rules.accept(facts)
     if decision.status == rules.ACTIVATION_NOT_FOUND:
-        raise WeaveError(Code.ACTIVATION_NOT_FOUND,
-                         f"step {request.fields['target_step_key']!r} has no activation "
-                         f"{request.fields['target_activation_sequence']}")
+        raise WeaveError(
+            Code.ACTIVATION_NOT_FOUND,
+            f"step {request.fields['target_step_key']!r} has no activation "
+            f"{request.fields['target_activation_sequence']}",
+        )
     return _accept(tx, principal, instance, request, facts.accepted_at, decision, known["wait_id"])
 
 
-def _accept(tx: Tx, principal: Principal, instance: dict, request: SignalRequest, now: datetime,
-            decision: rules.Acceptance, wait_id: int | None) -> Receipt:
+def _accept(
+    tx: Tx,
+    principal: Principal,
+    instance: dict,
+    request: SignalRequest,
+    now: datetime,
+    decision: rules.Acceptance,
+    wait_id: int | None,
+) -> Receipt:
     fields = request.fields
     payload_sha = jsontext.sha256_text(request.payload_text) if request.payload_text is not None else None
-    receipt_rest = _receipt_rest({
-        "workflow_id": instance["workflow_id"], "status": decision.status, "disposition": decision.disposition,
-        "accepted_at": rfc3339(now), "expires_at": rfc3339(instance["deadline_at"]),
-        "idempotency_key": request.idempotency_key, "request_digest": request.request_digest,
-    })
-    signal_id = tx.insert(INSERT_SIGNAL, (
-        instance["id"], fields["name"], fields["payload_version"], fields["target_step_key"],
-        fields["target_activation_sequence"], request.correlation, request.payload_text, payload_sha,
-        request.payload_text is not None, fields["reason"], fields.get("evidence_ref"), principal.actor,
-        principal.credential_id, request.idempotency_key, request.request_digest, decision.status,
-        decision.disposition, now, instance["deadline_at"], now,
-        now if decision.status != rules.PENDING else None, now, receipt_rest))
+    receipt_rest = _receipt_rest(
+        {
+            "workflow_id": instance["workflow_id"],
+            "status": decision.status,
+            "disposition": decision.disposition,
+            "accepted_at": rfc3339(now),
+            "expires_at": rfc3339(instance["deadline_at"]),
+            "idempotency_key": request.idempotency_key,
+            "request_digest": request.request_digest,
+        }
+    )
+    signal_id = tx.insert(
+        INSERT_SIGNAL,
+        (
+            instance["id"],
+            fields["name"],
+            fields["payload_version"],
+            fields["target_step_key"],
+            fields["target_activation_sequence"],
+            request.correlation,
+            request.payload_text,
+            payload_sha,
+            request.payload_text is not None,
+            fields["reason"],
+            fields.get("evidence_ref"),
+            principal.actor,
+            principal.credential_id,
+            request.idempotency_key,
+            request.request_digest,
+            decision.status,
+            decision.disposition,
+            now,
+            instance["deadline_at"],
+            now,
+            now if decision.status != rules.PENDING else None,
+            now,
+            receipt_rest,
+        ),
+    )
     if decision.wakes_wait:
         checkpoints.schedule_wait(tx, instance["id"], wait_id, now)
-    data = {"signal_id": str(signal_id), "name": fields["name"], "target_step_key": fields["target_step_key"],
-            "target_activation_sequence": fields["target_activation_sequence"], "status": decision.status,
-            "disposition": decision.disposition, "actor": principal.actor}
+    data = {
+        "signal_id": str(signal_id),
+        "name": fields["name"],
+        "target_step_key": fields["target_step_key"],
+        "target_activation_sequence": fields["target_activation_sequence"],
+        "status": decision.status,
+        "disposition": decision.disposition,
+        "actor": principal.actor,
+    }
     events.append(tx, instance["id"], "SIGNAL_ACCEPTED", data)
-    audit.record(tx, principal.namespace_id, principal.actor, "signal.send",
-                 {**data, "idempotency_key": request.idempotency_key, "accepted_at": rfc3339(now),
-                  "instance_deadline_at": rfc3339(instance["deadline_at"])},
-                 instance_id=instance["id"], credential_id=principal.credential_id,
-                 request_digest=request.request_digest)
+    audit.record(
+        tx,
+        principal.namespace_id,
+        principal.actor,
+        "signal.send",
+        {
+            **data,
+            "idempotency_key": request.idempotency_key,
+            "accepted_at": rfc3339(now),
+            "instance_deadline_at": rfc3339(instance["deadline_at"]),
+        },
+        instance_id=instance["id"],
+        credential_id=principal.credential_id,
+        request_digest=request.request_digest,
+    )
     return Receipt(_receipt_text(signal_id, receipt_rest), replayed=False)
 
 
@@ -237,10 +293,13 @@ s.payload_present, s.reason, s.evidence_ref, s.actor, s.idempotency_key, s.reque
 s.disposition, s.accepted_at, s.expires_at, s.consumed_at
 """
 SELECT_SIGNAL = "SELECT " + SIGNAL_COLUMNS + " FROM signals s WHERE s.instance_id = %s AND s.id = %s"
-SELECT_SIGNAL_PAGE = ("SELECT " + SIGNAL_COLUMNS + " FROM signals s WHERE s.instance_id = %s AND s.id > %s "
-                      "ORDER BY s.id LIMIT %s")
-SELECT_SIGNAL_PAGE_BY_STATUS = ("SELECT " + SIGNAL_COLUMNS + " FROM signals s WHERE s.instance_id = %s "
-                                "AND s.status = %s AND s.id > %s ORDER BY s.id LIMIT %s")
+SELECT_SIGNAL_PAGE = (
+    "SELECT " + SIGNAL_COLUMNS + " FROM signals s WHERE s.instance_id = %s AND s.id > %s ORDER BY s.id LIMIT %s"
+)
+SELECT_SIGNAL_PAGE_BY_STATUS = (
+    "SELECT " + SIGNAL_COLUMNS + " FROM signals s WHERE s.instance_id = %s "
+    "AND s.status = %s AND s.id > %s ORDER BY s.id LIMIT %s"
+)
 
 
 @read_only
@@ -253,8 +312,9 @@ def get_signal(tx: Tx, principal: Principal, workflow_id: str, signal_id: int) -
 
 
 @read_only
-def list_signals(tx: Tx, principal: Principal, workflow_id: str, status: str | None, after: int,
-                 limit: int) -> list[dict]:
+def list_signals(
+    tx: Tx, principal: Principal, workflow_id: str, status: str | None, after: int, limit: int
+) -> list[dict]:
     instance = target_instance(tx, principal, workflow_id)
     if status is None:
         return tx.all(SELECT_SIGNAL_PAGE, (instance["id"], after, limit))
@@ -349,9 +409,14 @@ def expire_unmatched_signal(tx: Tx, signal_id: int) -> str | None:
         return None
     wait = waits.waiting_for(tx, instance["id"], signal["target_step_key"], signal["target_activation_sequence"])
     if wait is not None:
-        tx.transition(LOOK_AGAIN_AT, (max(wait["deadline_at"], now + EXPIRY_RECHECK), signal_id),
-                      f"defer the expiry of signal {signal_id}")
+        tx.transition(
+            LOOK_AGAIN_AT,
+            (max(wait["deadline_at"], now + EXPIRY_RECHECK), signal_id),
+            f"defer the expiry of signal {signal_id}",
+        )
         return "DEFERRED"
     tx.transition(EXPIRE_SIGNAL, (now, signal_id), f"expire signal {signal_id}")
-    events.append(tx, instance["id"], "SIGNAL_EXPIRED", {"signal_id": str(signal_id), "disposition": "EXPIRED_UNMATCHED"})
+    events.append(
+        tx, instance["id"], "SIGNAL_EXPIRED", {"signal_id": str(signal_id), "disposition": "EXPIRED_UNMATCHED"}
+    )
     return "EXPIRED"

@@ -16,12 +16,11 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from weave.sql import audit, inbox, instances
 from weave import jsontext
 from weave.db import Tx, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import pulse
-
+from weave.sql import audit, inbox, instances
 
 # ---- creation (called by the workflow side inside its own transaction) ---------------------------
 
@@ -33,13 +32,23 @@ VALUES (%s, %s, %s, %s, %s, 'QUEUED', 0, %s, %s, %s, %s)
 SELECT_QUEUE_ID = "SELECT id FROM queues WHERE namespace_id = %s AND name = %s"
 
 
-def create(tx: Tx, namespace_id: int, queue: str, instance_id: int, activation_id: int, kind: str,
-           max_attempts: int, deadline_at: datetime) -> int:
+def create(
+    tx: Tx,
+    namespace_id: int,
+    queue: str,
+    instance_id: int,
+    activation_id: int,
+    kind: str,
+    max_attempts: int,
+    deadline_at: datetime,
+) -> int:
     """A QUEUED task, claimable now. The caller holds the instance lock."""
     queue_row = tx.one(SELECT_QUEUE_ID, (namespace_id, queue))
     now = tx.now()
-    return tx.insert(INSERT_TASK, (namespace_id, queue_row["id"], instance_id, activation_id, kind, max_attempts,
-                                   now, deadline_at, now))
+    return tx.insert(
+        INSERT_TASK,
+        (namespace_id, queue_row["id"], instance_id, activation_id, kind, max_attempts, now, deadline_at, now),
+    )
 
 
 # ---- the permit and the one way to a final outcome ------------------------------------------------
@@ -63,12 +72,14 @@ def _settle(tx: Tx, task: dict, outcome: str, result_text: str | None, error_tex
     """Give a QUEUED or RUNNING task its final outcome, release its permit if it held one, and
     write its one inbox event (P6). The caller holds the queue lock (when RUNNING) and the task lock."""
     now = tx.now()
-    tx.transition(SETTLE_TASK, (outcome, result_text, error_text, now, task["id"]),
-                  f"settle task {task['id']} as {outcome}")
+    tx.transition(
+        SETTLE_TASK, (outcome, result_text, error_text, now, task["id"]), f"settle task {task['id']} as {outcome}"
+    )
     if task["status"] == "RUNNING":
         _release_permit(tx, task["queue_id"])
-    inbox.append(tx, task["id"], task["instance_id"], outcome, result_text if outcome == "SUCCEEDED" else error_text,
-                 now)
+    inbox.append(
+        tx, task["id"], task["instance_id"], outcome, result_text if outcome == "SUCCEEDED" else error_text, now
+    )
 
 
 REQUEUE_TASK = """
@@ -107,6 +118,8 @@ SELECT i.workflow_id, i.input, a.step_key, a.activation_sequence
 FROM step_activations a JOIN instances i ON i.id = a.instance_id
 WHERE a.id = %s
 """
+
+
 @dataclass(frozen=True)
 class ClaimedTask:
     task_id: int
@@ -124,8 +137,9 @@ class ClaimedTask:
 
 
 @unit_of_work
-def claim_task(tx: Tx, namespace_id: int, queue: str, worker_id: str, lease_seconds: int,
-               credential_id: int, actor: str) -> ClaimedTask | None:
+def claim_task(
+    tx: Tx, namespace_id: int, queue: str, worker_id: str, lease_seconds: int, credential_id: int, actor: str
+) -> ClaimedTask | None:
     """P2: take a permit and the oldest available QUEUED task of `queue`, or None."""
     queue_row = tx.one(LOCK_QUEUE_BY_NAME, (namespace_id, queue))
     if queue_row is None:
@@ -141,15 +155,28 @@ def claim_task(tx: Tx, namespace_id: int, queue: str, worker_id: str, lease_seco
     tx.transition(START_TASK, (token, lease_expires_at, worker_id, task["id"]), f"start task {task['id']}")
     tx.transition(TAKE_PERMIT, (queue_row["id"],), f"take a permit of queue {queue_row['id']}")
     context = tx.one(SELECT_TASK_CONTEXT, (task["activation_id"],))
-    audit.record(tx, namespace_id, actor, "task.claim",
-                 {"task_id": str(task["id"]), "queue": queue, "worker_id": worker_id, "attempt": task["attempt"] + 1},
-                 instance_id=task["instance_id"], credential_id=credential_id)
+    audit.record(
+        tx,
+        namespace_id,
+        actor,
+        "task.claim",
+        {"task_id": str(task["id"]), "queue": queue, "worker_id": worker_id, "attempt": task["attempt"] + 1},
+        instance_id=task["instance_id"],
+        credential_id=credential_id,
+    )
     return ClaimedTask(
-        task_id=task["id"], queue=queue, workflow_id=context["workflow_id"], step_key=context["step_key"],
-        activation_sequence=context["activation_sequence"], kind=task["kind"],
+        task_id=task["id"],
+        queue=queue,
+        workflow_id=context["workflow_id"],
+        step_key=context["step_key"],
+        activation_sequence=context["activation_sequence"],
+        kind=task["kind"],
         input=instances.context(tx, task["instance_id"], context["workflow_id"], context["input"], jsontext.Raw),
-        attempt=task["attempt"] + 1, max_attempts=task["max_attempts"], lease_token=token,
-        lease_expires_at=lease_expires_at, deadline_at=task["deadline_at"],
+        attempt=task["attempt"] + 1,
+        max_attempts=task["max_attempts"],
+        lease_token=token,
+        lease_expires_at=lease_expires_at,
+        deadline_at=task["deadline_at"],
     )
 
 
@@ -180,15 +207,20 @@ def _lock_leased_task(tx: Tx, task_id: int, lease_token: str) -> dict:
     """The task, locked, if `lease_token` holds its current, unexpired lease; else LEASE_LOST."""
     task = tx.one(LOCK_TASK, (task_id,))
     now = tx.now()
-    if (task["status"] != "RUNNING" or task["lease_token"] is None
-            or not secrets.compare_digest(task["lease_token"], lease_token) or task["lease_expires_at"] <= now):
+    if (
+        task["status"] != "RUNNING"
+        or task["lease_token"] is None
+        or not secrets.compare_digest(task["lease_token"], lease_token)
+        or task["lease_expires_at"] <= now
+    ):
         raise WeaveError(Code.LEASE_LOST, f"task {task_id} is not leased with this token any more")
     return task
 
 
 @unit_of_work
-def heartbeat(tx: Tx, namespace_id: int, task_id: int, lease_token: str, lease_seconds: int,
-              granted_queues: frozenset[str]) -> dict:
+def heartbeat(
+    tx: Tx, namespace_id: int, task_id: int, lease_token: str, lease_seconds: int, granted_queues: frozenset[str]
+) -> dict:
     """P3: extend the lease; tell the worker whether cancellation was requested."""
     _task_queue(tx, namespace_id, task_id, granted_queues)
     task = _lock_leased_task(tx, task_id, lease_token)
@@ -206,23 +238,47 @@ class Completion:
 
 
 @unit_of_work
-def complete_task(tx: Tx, namespace_id: int, task_id: int, lease_token: str, completion: Completion,
-                  granted_queues: frozenset[str], credential_id: int, actor: str) -> dict:
+def complete_task(
+    tx: Tx,
+    namespace_id: int,
+    task_id: int,
+    lease_token: str,
+    completion: Completion,
+    granted_queues: frozenset[str],
+    credential_id: int,
+    actor: str,
+) -> dict:
     """P3/P4/P6: the lease holder reports; returns {"status", "attempt"} of the task afterwards."""
     queue = _task_queue(tx, namespace_id, task_id, granted_queues)
     tx.one(LOCK_QUEUE, (queue["queue_id"],))
     task = _lock_leased_task(tx, task_id, lease_token)
-    if completion.outcome == "FAILED" and pulse.after_failure(
-            completion.retryable, task["attempt"], task["max_attempts"], bool(task["cancel_requested"])) == pulse.REQUEUE:
+    if (
+        completion.outcome == "FAILED"
+        and pulse.after_failure(
+            completion.retryable, task["attempt"], task["max_attempts"], bool(task["cancel_requested"])
+        )
+        == pulse.REQUEUE
+    ):
         _requeue(tx, task, completion.error_text)
         status = "QUEUED"
     else:
         _settle(tx, task, completion.outcome, completion.result_text, completion.error_text)
         status = completion.outcome
-    audit.record(tx, namespace_id, actor, "task.complete",
-                 {"task_id": str(task_id), "reported": completion.outcome, "retryable": completion.retryable,
-                  "attempt": task["attempt"], "status": status},
-                 instance_id=task["instance_id"], credential_id=credential_id)
+    audit.record(
+        tx,
+        namespace_id,
+        actor,
+        "task.complete",
+        {
+            "task_id": str(task_id),
+            "reported": completion.outcome,
+            "retryable": completion.retryable,
+            "attempt": task["attempt"],
+            "status": status,
+        },
+        instance_id=task["instance_id"],
+        credential_id=credential_id,
+    )
     return {"task_id": str(task_id), "status": status, "attempt": task["attempt"]}
 
 

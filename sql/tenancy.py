@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from weave.sql import audit
 from weave import auth
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
+from weave.sql import audit
 from weave.times import rfc3339
 
 ADMIN_ACTOR = "system:admin"
@@ -68,10 +68,20 @@ def create_application(tx: Tx, namespace: str, name: str, signals_per_minute: in
         raise WeaveError(Code.INVALID_STATE, f"application {name!r} already exists in {namespace!r}")
     now = tx.now()
     app_id = tx.insert(INSERT_APPLICATION, (namespace_id, name, signals_per_minute, now, now))
-    audit.record(tx, namespace_id, ADMIN_ACTOR, "application.create",
-                 {"application": name, "signals_per_minute": signals_per_minute})
-    return {"application_id": str(app_id), "namespace": namespace, "application": name,
-            "status": "ACTIVE", "signals_per_minute": signals_per_minute}
+    audit.record(
+        tx,
+        namespace_id,
+        ADMIN_ACTOR,
+        "application.create",
+        {"application": name, "signals_per_minute": signals_per_minute},
+    )
+    return {
+        "application_id": str(app_id),
+        "namespace": namespace,
+        "application": name,
+        "status": "ACTIVE",
+        "signals_per_minute": signals_per_minute,
+    }
 
 
 @unit_of_work
@@ -81,8 +91,9 @@ def set_application_status(tx: Tx, namespace: str, name: str, status: str) -> di
     if app is None:
         raise WeaveError(Code.NOT_FOUND, f"application {name!r} does not exist in {namespace!r}")
     tx.transition(UPDATE_APPLICATION_STATUS, (status, tx.now(), app["id"]), f"set application {name!r} {status}")
-    audit.record(tx, namespace_id, ADMIN_ACTOR, "application.status",
-                 {"application": name, "from": app["status"], "to": status})
+    audit.record(
+        tx, namespace_id, ADMIN_ACTOR, "application.status", {"application": name, "from": app["status"], "to": status}
+    )
     return {"namespace": namespace, "application": name, "status": status}
 
 
@@ -94,13 +105,22 @@ INSERT_GRANT = "INSERT INTO credential_queue_grants (credential_id, queue_id, cr
 
 
 @unit_of_work
-def create_credential(tx: Tx, namespace: str, application: str, actor: str, scopes: list[str],
-                      queues: list[str], token_sha256: bytes, expires_in_seconds: int | None) -> dict:
+def create_credential(
+    tx: Tx,
+    namespace: str,
+    application: str,
+    actor: str,
+    scopes: list[str],
+    queues: list[str],
+    token_sha256: bytes,
+    expires_in_seconds: int | None,
+) -> dict:
     """Store a credential for an already generated token (only its hash reaches the database)."""
     unknown = sorted(set(scopes) - auth.SCOPES)
     if unknown:
-        raise WeaveError(Code.VALIDATION_FAILED, f"unknown scope(s): {', '.join(unknown)}; "
-                                                 f"known: {', '.join(sorted(auth.SCOPES))}")
+        raise WeaveError(
+            Code.VALIDATION_FAILED, f"unknown scope(s): {', '.join(unknown)}; known: {', '.join(sorted(auth.SCOPES))}"
+        )
     namespace_id = _namespace_id(tx, namespace)
     app = tx.one(SELECT_APPLICATION, (namespace_id, application))
     if app is None:
@@ -113,13 +133,25 @@ def create_credential(tx: Tx, namespace: str, application: str, actor: str, scop
         queue_ids.append(row["id"])
     now = tx.now()
     expires_at = now + timedelta(seconds=expires_in_seconds) if expires_in_seconds is not None else None
-    credential_id = tx.insert(INSERT_CREDENTIAL, (token_sha256, namespace_id, app["id"], actor,
-                                                  " ".join(sorted(set(scopes))), expires_at, now))
+    credential_id = tx.insert(
+        INSERT_CREDENTIAL,
+        (token_sha256, namespace_id, app["id"], actor, " ".join(sorted(set(scopes))), expires_at, now),
+    )
     tx.executemany(INSERT_GRANT, [(credential_id, queue_id, now) for queue_id in queue_ids])
-    audit.record(tx, namespace_id, ADMIN_ACTOR, "credential.create",
-                 {"credential_id": str(credential_id), "application": application, "actor": actor,
-                  "scopes": sorted(set(scopes)), "queues": sorted(set(queues)),
-                  "expires_at": rfc3339(expires_at)})
+    audit.record(
+        tx,
+        namespace_id,
+        ADMIN_ACTOR,
+        "credential.create",
+        {
+            "credential_id": str(credential_id),
+            "application": application,
+            "actor": actor,
+            "scopes": sorted(set(scopes)),
+            "queues": sorted(set(queues)),
+            "expires_at": rfc3339(expires_at),
+        },
+    )
     return {"credential_id": str(credential_id)}
 
 
@@ -171,16 +203,22 @@ def _known_principal(tx: Tx, presented_sha256: bytes, current: dict) -> auth.Pri
     if known is None or known.credential_id != current["id"]:  # a restored database may renumber
         row = tx.one(SELECT_IDENTITY, (current["id"],))
         known = auth.Principal(
-            credential_id=current["id"], namespace_id=row["namespace_id"], namespace=row["namespace"],
-            application_id=row["application_id"], application_status=current["application_status"],
-            signals_per_minute=current["signals_per_minute"], actor=row["actor"],
-            scopes=frozenset(row["scopes"].split()), queues=frozenset((row["queues"] or "").split()),
+            credential_id=current["id"],
+            namespace_id=row["namespace_id"],
+            namespace=row["namespace"],
+            application_id=row["application_id"],
+            application_status=current["application_status"],
+            signals_per_minute=current["signals_per_minute"],
+            actor=row["actor"],
+            scopes=frozenset(row["scopes"].split()),
+            queues=frozenset((row["queues"] or "").split()),
         )
         if len(_principals) >= _PRINCIPALS_LIMIT:
             _principals.clear()
         _principals[presented_sha256] = known
-    return replace(known, application_status=current["application_status"],
-                   signals_per_minute=current["signals_per_minute"])
+    return replace(
+        known, application_status=current["application_status"], signals_per_minute=current["signals_per_minute"]
+    )
 
 
 @read_only

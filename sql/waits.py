@@ -34,12 +34,25 @@ WHERE id = %s AND status = 'WAITING' AND winner_signal_id IS NULL
 SETTLE_WAIT = "UPDATE waits SET status = %s, settled_at = %s WHERE id = %s AND status = 'WAITING'"
 
 
-def insert(tx: Tx, instance_id: int, activation: dict, step: dict, contract: dict, correlation: bytes,
-           deadline_at: datetime) -> int:
+def insert(
+    tx: Tx, instance_id: int, activation: dict, step: dict, contract: dict, correlation: bytes, deadline_at: datetime
+) -> int:
     """Freeze the contract, correlation, activation sequence and deadline of a new WAITING wait."""
-    return tx.insert(INSERT_WAIT, (instance_id, step["key"], step["type"], contract["name"],
-                                   contract["payload_version"], correlation, activation["id"],
-                                   activation["activation_sequence"], deadline_at, tx.now()))
+    return tx.insert(
+        INSERT_WAIT,
+        (
+            instance_id,
+            step["key"],
+            step["type"],
+            contract["name"],
+            contract["payload_version"],
+            correlation,
+            activation["id"],
+            activation["activation_sequence"],
+            deadline_at,
+            tx.now(),
+        ),
+    )
 
 
 def status(tx: Tx, wait_id: int) -> dict | None:

@@ -17,14 +17,13 @@ import subprocess
 
 import falcon.testing
 import pytest
+from helpers import Flow, Tenant, make_tenant
 
 from weave import migrate
 from weave.app import create_app
 from weave.config import Config
 from weave.db import ControlledClock, Database, DatabaseUrl, connect
 from weave.devdb import PrivateServer, ServerNotFound
-
-from helpers import Flow, Tenant, make_tenant
 
 TEST_DATABASE = "weave_test"
 MIGRATION_TABLES = ("_yoyo_log", "_yoyo_migration", "_yoyo_version", "yoyo_lock")
@@ -95,8 +94,10 @@ def weave_tables(migrated_url) -> list[str]:
     conn = connect(migrated_url)
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT table_name AS t FROM information_schema.tables WHERE table_schema = %s",
-                        (migrated_url.database,))
+            cur.execute(
+                "SELECT table_name AS t FROM information_schema.tables WHERE table_schema = %s",
+                (migrated_url.database,),
+            )
             return sorted(row["t"] for row in cur.fetchall() if row["t"] not in MIGRATION_TABLES)
     finally:
         conn.close()

@@ -21,11 +21,25 @@ class Tenant:
     namespace: str
     application: str
 
-    def token(self, *scopes: str, queues: tuple[str, ...] = (), actor: str = "tester",
-              expires_in: int | None = None, application: str | None = None) -> str:
+    def token(
+        self,
+        *scopes: str,
+        queues: tuple[str, ...] = (),
+        actor: str = "tester",
+        expires_in: int | None = None,
+        application: str | None = None,
+    ) -> str:
         token = auth.new_token()
-        tenancy.create_credential(self.database, self.namespace, application or self.application, actor,
-                                  list(scopes), list(queues), auth.token_hash(token), expires_in)
+        tenancy.create_credential(
+            self.database,
+            self.namespace,
+            application or self.application,
+            actor,
+            list(scopes),
+            list(queues),
+            auth.token_hash(token),
+            expires_in,
+        )
         return token
 
     def headers(self, *scopes: str, **kwargs) -> dict[str, str]:
@@ -49,11 +63,13 @@ class Flow:
         self.client = client
         self.database = database
         self.ns = f"/v1/namespaces/{tenant.namespace}"
-        self.headers = tenant.headers("definitions:write", "workflows:start", "workflows:read",
-                                      queues=("inventory", "carrier"))
+        self.headers = tenant.headers(
+            "definitions:write", "workflows:start", "workflows:read", queues=("inventory", "carrier")
+        )
         self.worker = tenant.headers("tasks:work", queues=("inventory", "carrier"), actor="worker")
-        self.signaller = tenant.headers("workflows:signal", "workflows:read", queues=("inventory", "carrier"),
-                                        actor="payments-bot")
+        self.signaller = tenant.headers(
+            "workflows:signal", "workflows:read", queues=("inventory", "carrier"), actor="payments-bot"
+        )
         self.scanner = Scanner(database)
 
     def publish(self, document: dict) -> int:
@@ -61,10 +77,16 @@ class Flow:
         assert result.status_code in (200, 201), result.text
         return result.json["version"]
 
-    def start(self, workflow_id: str, definition: str = "flow", version: int = 1, input=None,
-              deadline_seconds: int = 3600) -> dict:
-        body = {"definition": definition, "version": version, "input": input if input is not None else {},
-                "deadline_seconds": deadline_seconds, "workflow_id": workflow_id}
+    def start(
+        self, workflow_id: str, definition: str = "flow", version: int = 1, input=None, deadline_seconds: int = 3600
+    ) -> dict:
+        body = {
+            "definition": definition,
+            "version": version,
+            "input": input if input is not None else {},
+            "deadline_seconds": deadline_seconds,
+            "workflow_id": workflow_id,
+        }
         result = self.client.simulate_post(f"{self.ns}/workflows", json=body, headers=self.headers)
         assert result.status_code in (200, 201), result.text
         return result.json
@@ -75,8 +97,9 @@ class Flow:
         return result.json
 
     def events(self, workflow_id: str) -> list[str]:
-        result = self.client.simulate_get(f"{self.ns}/workflows/{workflow_id}/events", query_string="limit=1000",
-                                          headers=self.headers)
+        result = self.client.simulate_get(
+            f"{self.ns}/workflows/{workflow_id}/events", query_string="limit=1000", headers=self.headers
+        )
         return [e["type"] for e in result.json["events"]]
 
     def scan(self, rounds: int = 20) -> None:
@@ -88,25 +111,37 @@ class Flow:
         raise AssertionError("the scanner kept finding work")
 
     def claim(self, queue: str = "inventory", lease_seconds: int = 60, wait_seconds: int = 0, worker="w1"):
-        return self.client.simulate_post(f"{self.ns}/queues/{queue}/claim", headers=self.worker,
-                                         json={"worker_id": worker, "lease_seconds": lease_seconds,
-                                               "wait_seconds": wait_seconds})
+        return self.client.simulate_post(
+            f"{self.ns}/queues/{queue}/claim",
+            headers=self.worker,
+            json={"worker_id": worker, "lease_seconds": lease_seconds, "wait_seconds": wait_seconds},
+        )
 
     def complete(self, task: dict, outcome: str = "SUCCEEDED", **body):
-        return self.client.simulate_post(f"{self.ns}/tasks/{task['task_id']}/complete", headers=self.worker,
-                                         json={"lease_token": task["lease_token"], "outcome": outcome, **body})
+        return self.client.simulate_post(
+            f"{self.ns}/tasks/{task['task_id']}/complete",
+            headers=self.worker,
+            json={"lease_token": task["lease_token"], "outcome": outcome, **body},
+        )
 
     def heartbeat(self, task: dict, lease_seconds: int = 60):
-        return self.client.simulate_post(f"{self.ns}/tasks/{task['task_id']}/heartbeat", headers=self.worker,
-                                         json={"lease_token": task["lease_token"], "lease_seconds": lease_seconds})
+        return self.client.simulate_post(
+            f"{self.ns}/tasks/{task['task_id']}/heartbeat",
+            headers=self.worker,
+            json={"lease_token": task["lease_token"], "lease_seconds": lease_seconds},
+        )
 
     def send(self, workflow_id: str, key: str, body: dict, headers: dict | None = None):
-        return self.client.simulate_post(f"{self.ns}/workflows/{workflow_id}/signals", json=body,
-                                         headers={**(headers or self.signaller), "Idempotency-Key": key})
+        return self.client.simulate_post(
+            f"{self.ns}/workflows/{workflow_id}/signals",
+            json=body,
+            headers={**(headers or self.signaller), "Idempotency-Key": key},
+        )
 
     def signal(self, workflow_id: str, signal_id: str, headers: dict | None = None):
-        return self.client.simulate_get(f"{self.ns}/workflows/{workflow_id}/signals/{signal_id}",
-                                        headers=headers or self.signaller)
+        return self.client.simulate_get(
+            f"{self.ns}/workflows/{workflow_id}/signals/{signal_id}", headers=headers or self.signaller
+        )
 
     def finish_task(self, result=None, queue: str = "inventory") -> dict:
         """Claim the next task, complete it, and let the scanner react."""
@@ -121,8 +156,13 @@ class Flow:
 
 
 def task_steps(*keys: str, queue: str = "inventory", max_attempts: int = 3, timeout: int = 300) -> dict:
-    return {"name": "flow", "steps": [{"key": key, "type": "TASK", "queue": queue, "max_attempts": max_attempts,
-                                       "timeout_seconds": timeout} for key in keys]}
+    return {
+        "name": "flow",
+        "steps": [
+            {"key": key, "type": "TASK", "queue": queue, "max_attempts": max_attempts, "timeout_seconds": timeout}
+            for key in keys
+        ],
+    }
 
 
 PAYMENT_SCHEMA = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "number"}}}
@@ -130,20 +170,34 @@ PAYMENT_SCHEMA = {"type": "object", "required": ["amount"], "properties": {"amou
 
 def signal_flow_definition(timeout: int = 3600) -> dict:
     """reserve (TASK) -> payment (SIGNAL, correlated on the order id) -> ship (TASK)."""
-    return {"name": "flow", "steps": [
-        {"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 300},
-        {"key": "payment", "type": "SIGNAL", "timeout_seconds": timeout, "correlation": "/input/order_id",
-         "signal": {"name": "payment.settled", "payload_version": "v1", "payload_schema": PAYMENT_SCHEMA}},
-        {"key": "ship", "type": "TASK", "queue": "carrier", "timeout_seconds": 300},
-    ]}
+    return {
+        "name": "flow",
+        "steps": [
+            {"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 300},
+            {
+                "key": "payment",
+                "type": "SIGNAL",
+                "timeout_seconds": timeout,
+                "correlation": "/input/order_id",
+                "signal": {"name": "payment.settled", "payload_version": "v1", "payload_schema": PAYMENT_SCHEMA},
+            },
+            {"key": "ship", "type": "TASK", "queue": "carrier", "timeout_seconds": 300},
+        ],
+    }
 
 
 ABSENT = object()  # `payment(payload=ABSENT)` leaves the member out of the body
 
 
 def payment(correlation_key: str = "o-1", sequence: int = 1, **overrides) -> dict:
-    body = {"name": "payment.settled", "payload_version": "v1", "target_step_key": "payment",
-            "target_activation_sequence": sequence, "correlation_key": correlation_key,
-            "payload": {"amount": 12.5}, "reason": "PSP webhook settled the payment"}
+    body = {
+        "name": "payment.settled",
+        "payload_version": "v1",
+        "target_step_key": "payment",
+        "target_activation_sequence": sequence,
+        "correlation_key": correlation_key,
+        "payload": {"amount": 12.5},
+        "reason": "PSP webhook settled the payment",
+    }
     body.update(overrides)
     return {k: v for k, v in body.items() if v is not ABSENT}

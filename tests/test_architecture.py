@@ -38,7 +38,7 @@ def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
         state[module] = "open"
         for imported in sorted(graph.get(module, ())):
             if state.get(imported) == "open":  # open modules are exactly those on `path`
-                return path[path.index(imported):] + [imported]
+                return path[path.index(imported) :] + [imported]
             if imported not in state:
                 circle = visit(imported, path + [imported])
                 if circle:

@@ -4,8 +4,8 @@ import hashlib
 
 import pytest
 
-from weave.sql import tenancy
 from weave import auth
+from weave.sql import tenancy
 
 DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}]}
 
@@ -28,8 +28,11 @@ def test_tokens_are_256_bit_prefixed_and_stored_only_as_sha256(database, tenant,
 
     values = database.run(lambda tx: list(every_value(tx)))
     secret = token[3:]
-    assert not [v for v in values if isinstance(v, (str, bytes)) and
-                (secret in (v if isinstance(v, str) else v.decode("latin1")))]
+    assert not [
+        v
+        for v in values
+        if isinstance(v, (str, bytes)) and (secret in (v if isinstance(v, str) else v.decode("latin1")))
+    ]
 
 
 @pytest.mark.parametrize("header", [None, "", "Bearer", "Basic abc", "Bearer nope", "Bearer wv_unknown"])
@@ -115,6 +118,10 @@ def test_identity_is_cached_but_status_quota_and_revocation_are_read_on_every_re
     second = tenancy.authenticate(database, auth.token_hash(token))
     assert (second.application_status, second.signals_per_minute) == ("DISABLED", 7)
     assert (second.credential_id, second.namespace, second.actor, second.scopes) == (
-        first.credential_id, first.namespace, first.actor, first.scopes)
+        first.credential_id,
+        first.namespace,
+        first.actor,
+        first.scopes,
+    )
     tenancy.revoke_credential(database, "acme", first.credential_id)
     assert tenancy.authenticate(database, auth.token_hash(token)) is None

@@ -37,16 +37,23 @@ def mounted(app: falcon.App):
 
 
 def responders(resource):
-    return {name: getattr(resource, name) for name in dir(resource)
-            if name.startswith("on_") and callable(getattr(resource, name))}
+    return {
+        name: getattr(resource, name)
+        for name in dir(resource)
+        if name.startswith("on_") and callable(getattr(resource, name))
+    }
 
 
 def test_every_responder_of_every_route_has_operation_metadata():
     served = mounted(create_app(CONFIG))
     paths = {path for path, _ in served}
     assert {path for path, _ in routes(None, CONFIG)} | {"/v1/openapi.json"} <= paths
-    unmarked = [(path, name) for path, resource in served for name, responder in responders(resource).items()
-                if getattr(responder, "operation", None) is None]
+    unmarked = [
+        (path, name)
+        for path, resource in served
+        for name, responder in responders(resource).items()
+        if getattr(responder, "operation", None) is None
+    ]
     assert unmarked == []
 
 
@@ -95,8 +102,12 @@ def test_a_responder_without_operation_is_refused_and_never_runs(database, tenan
 N = "/v1/namespaces/{namespace}"
 OPERATIONS = [
     ("POST", f"{N}/definitions", "DEFINITION_NOT_FOUND", {"definitions:write"}),
-    ("GET", f"{N}/definitions/{{name}}/versions/{{version:int(min=1)}}", "DEFINITION_NOT_FOUND",
-     {"definitions:read", "workflows:read"}),
+    (
+        "GET",
+        f"{N}/definitions/{{name}}/versions/{{version:int(min=1)}}",
+        "DEFINITION_NOT_FOUND",
+        {"definitions:read", "workflows:read"},
+    ),
     ("POST", f"{N}/workflows", "WORKFLOW_NOT_FOUND", {"workflows:start"}),
     ("GET", f"{N}/workflows/{{workflow_id}}", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
     ("GET", f"{N}/workflows/{{workflow_id}}/events", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
@@ -112,10 +123,20 @@ OPERATIONS = [
 ]
 EVERY_SCOPE = auth.SCOPES
 EVERY_QUEUE = ("inventory", "carrier")  # of acme: so that no 403 below can come from a missing queue grant
-SAMPLE = {"namespace": "acme", "name": "order", "version": "1", "workflow_id": "w1", "signal_id": "1",
-          "queue": "inventory", "task_id": "1"}
-by_operation = pytest.mark.parametrize("method, template, not_found, scopes", OPERATIONS,
-                                       ids=[f"{method} {template[len(N):]}" for method, template, *_ in OPERATIONS])
+SAMPLE = {
+    "namespace": "acme",
+    "name": "order",
+    "version": "1",
+    "workflow_id": "w1",
+    "signal_id": "1",
+    "queue": "inventory",
+    "task_id": "1",
+}
+by_operation = pytest.mark.parametrize(
+    "method, template, not_found, scopes",
+    OPERATIONS,
+    ids=[f"{method} {template[len(N) :]}" for method, template, *_ in OPERATIONS],
+)
 
 
 def url(template: str) -> str:
@@ -124,14 +145,19 @@ def url(template: str) -> str:
 
 
 def test_the_table_lists_every_non_public_operation():
-    served = {(name.removeprefix("on_").upper(), path) for path, resource in mounted(create_app(CONFIG))
-              for name, responder in responders(resource).items() if not responder.operation.public}
+    served = {
+        (name.removeprefix("on_").upper(), path)
+        for path, resource in mounted(create_app(CONFIG))
+        for name, responder in responders(resource).items()
+        if not responder.operation.public
+    }
     assert served == {(method, template) for method, template, *_ in OPERATIONS}
 
 
 @by_operation
 def test_another_namespace_gets_the_operations_not_found_code_with_or_without_the_scope(
-        client, tenant, other_tenant, method, template, not_found, scopes):
+    client, tenant, other_tenant, method, template, not_found, scopes
+):
     for held in (EVERY_SCOPE, EVERY_SCOPE - scopes):  # without the scope: not found comes first
         outsider = other_tenant.headers(*held, queues=("inventory",))  # every queue globex has
         result = client.simulate_request(method, url(template), headers=outsider)
@@ -140,9 +166,11 @@ def test_another_namespace_gets_the_operations_not_found_code_with_or_without_th
 
 @by_operation
 def test_the_right_namespace_without_the_scope_is_403_and_each_declared_scope_lets_it_through(
-        client, tenant, method, template, not_found, scopes):
-    refused = client.simulate_request(method, url(template), headers=tenant.headers(*(EVERY_SCOPE - scopes),
-                                                                                      queues=EVERY_QUEUE))
+    client, tenant, method, template, not_found, scopes
+):
+    refused = client.simulate_request(
+        method, url(template), headers=tenant.headers(*(EVERY_SCOPE - scopes), queues=EVERY_QUEUE)
+    )
     assert (refused.status_code, refused.json["code"]) == (403, "FORBIDDEN")
     for scope in scopes:  # past authorization, the request fails on what it lacks: body, object, header
         result = client.simulate_request(method, url(template), headers=tenant.headers(scope, queues=EVERY_QUEUE))

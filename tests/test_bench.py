@@ -47,9 +47,12 @@ def test_the_bench_command_starts_and_describes_its_flags():
 @pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
 def test_every_bench_section_runs_on_tiny_sizes():
     with bench.running_weave(threads=4) as running:
-        rows = (bench.bench_pulse(running, 10) + bench.bench_e2e(running, 3, workers=2)
-                + bench.bench_signals(running, 16, repeat=1, instances=4)
-                + bench.bench_latency(running, 3, idle_window=0.2))
+        rows = (
+            bench.bench_pulse(running, 10)
+            + bench.bench_e2e(running, 3, workers=2)
+            + bench.bench_signals(running, 16, repeat=1, instances=4)
+            + bench.bench_latency(running, 3, idle_window=0.2)
+        )
     rates = [row for row in rows if "ratio" in row]
     assert len(rates) == 2 + 1 + 6
     assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rates)

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from weave.sql import tenancy
 from weave import auth, migrate
 from weave.cli import main
+from weave.sql import tenancy
 
 
 @pytest.fixture
@@ -29,8 +29,22 @@ def test_admin_commands_create_a_usable_tenant(env_url, capsys, database, client
     assert run_json(capsys, "admin", "queue", "create", "shop", "inventory", "--permits", "3")["max_permits"] == 3
     app = run_json(capsys, "admin", "app", "create", "shop", "web", "--signals-per-minute", "60")
     assert (app["status"], app["signals_per_minute"]) == ("ACTIVE", 60)
-    created = run_json(capsys, "admin", "credential", "create", "shop", "web", "--actor", "alice",
-                       "--scope", "definitions:write", "--scope", "workflows:read", "--queue", "inventory")
+    created = run_json(
+        capsys,
+        "admin",
+        "credential",
+        "create",
+        "shop",
+        "web",
+        "--actor",
+        "alice",
+        "--scope",
+        "definitions:write",
+        "--scope",
+        "workflows:read",
+        "--queue",
+        "inventory",
+    )
     assert set(created) == {"credential_id", "token"} and created["token"].startswith("wv_")
     principal = tenancy.authenticate(database, auth.token_hash(created["token"]))
     assert principal.actor == "alice" and principal.namespace == "shop"
@@ -63,8 +77,20 @@ def test_admin_errors_are_clear_and_exit_non_zero(env_url, capsys):
 def test_credential_expiry_is_honoured(env_url, capsys, database, clock):
     run_json(capsys, "admin", "namespace", "create", "shop")
     run_json(capsys, "admin", "app", "create", "shop", "web")
-    created = run_json(capsys, "admin", "credential", "create", "shop", "web", "--actor", "bob",
-                       "--scope", "workflows:read", "--expires-in", "10")
+    created = run_json(
+        capsys,
+        "admin",
+        "credential",
+        "create",
+        "shop",
+        "web",
+        "--actor",
+        "bob",
+        "--scope",
+        "workflows:read",
+        "--expires-in",
+        "10",
+    )
     hashed = auth.token_hash(created["token"])
     # The CLI stamps times with the database clock; the API's test clock is then set around expiry.
     row = database.run(lambda tx: tx.one("SELECT created_at, expires_at FROM credentials"))

@@ -11,13 +11,31 @@ SIGNAL = {"name": "payment.settled", "payload_version": "v1", "payload_schema": 
 
 
 def doc(name="order", queue="inventory", timeout=30):
-    return copy.deepcopy({"name": name, "steps": [
-        {"key": "reserve", "type": "TASK", "queue": queue, "max_attempts": 3, "timeout_seconds": timeout},
-        {"key": "payment", "type": "SIGNAL", "timeout_seconds": 3600, "signal": SIGNAL, "correlation": "/input/order_id"},
-        {"key": "shipment", "type": "POLL", "queue": "carrier", "interval_seconds": 60, "timeout_seconds": 86400,
-         "max_attempts": 3, "final_signal": {"name": "shipment.final", "payload_version": "v1", "payload_schema": {}},
-         "correlation": "/steps/reserve/result/reservation_id"},
-    ]})
+    return copy.deepcopy(
+        {
+            "name": name,
+            "steps": [
+                {"key": "reserve", "type": "TASK", "queue": queue, "max_attempts": 3, "timeout_seconds": timeout},
+                {
+                    "key": "payment",
+                    "type": "SIGNAL",
+                    "timeout_seconds": 3600,
+                    "signal": SIGNAL,
+                    "correlation": "/input/order_id",
+                },
+                {
+                    "key": "shipment",
+                    "type": "POLL",
+                    "queue": "carrier",
+                    "interval_seconds": 60,
+                    "timeout_seconds": 86400,
+                    "max_attempts": 3,
+                    "final_signal": {"name": "shipment.final", "payload_version": "v1", "payload_schema": {}},
+                    "correlation": "/steps/reserve/result/reservation_id",
+                },
+            ],
+        }
+    )
 
 
 @pytest.fixture
@@ -56,7 +74,10 @@ def test_d1_identity_is_the_canonical_digest_not_member_order(client, headers):
 
 def test_d1_published_document_reads_back_unchanged(client, headers):
     document = doc()
-    document["steps"][1]["signal"]["payload_schema"] = {"type": "object", "properties": {"amount": {"multipleOf": 0.01}}}
+    document["steps"][1]["signal"]["payload_schema"] = {
+        "type": "object",
+        "properties": {"amount": {"multipleOf": 0.01}},
+    }
     publish(client, headers, document)
     read = client.simulate_get("/v1/namespaces/acme/definitions/order/versions/1", headers=headers)
     assert read.status_code == 200
@@ -73,23 +94,26 @@ def test_d1_task_and_poll_queues_must_exist_in_the_namespace(client, headers, da
     assert database.run(lambda tx: tx.one("SELECT COUNT(*) AS n FROM definitions"))["n"] == 0
 
 
-@pytest.mark.parametrize("mutate, pointer", [
-    (lambda d: d["steps"][0].update(key="x" * 65), "/steps/0/key"),
-    (lambda d: d["steps"][0].update(key="bad key"), "/steps/0/key"),
-    (lambda d: d["steps"][1].update(key="reserve"), "/steps/1/key"),
-    (lambda d: d["steps"][1]["signal"].update(name="n" * 129), "/steps/1/signal/name"),
-    (lambda d: d["steps"][1]["signal"].update(name="né"), "/steps/1/signal/name"),
-    (lambda d: d["steps"][1]["signal"].update(payload_version="v" * 33), "/steps/1/signal/payload_version"),
-    (lambda d: d["steps"][1]["signal"].update(payload_schema={"type": 5}), "/steps/1/signal/payload_schema"),
-    (lambda d: d["steps"][1].update(correlation="no-leading-slash"), "/steps/1/correlation"),
-    (lambda d: d["steps"][1].update(correlation="/bad~2escape"), "/steps/1/correlation"),
-    (lambda d: d["steps"][1].pop("correlation"), "/steps/1"),
-    (lambda d: d["steps"][0].pop("queue"), "/steps/0"),
-    (lambda d: d["steps"][0].update(timeout_seconds=0), "/steps/0/timeout_seconds"),
-    (lambda d: d["steps"][0].update(unknown=1), "/steps/0"),
-    (lambda d: d.update(steps=[]), "/steps"),
-    (lambda d: d.update(name=""), "/name"),
-])
+@pytest.mark.parametrize(
+    "mutate, pointer",
+    [
+        (lambda d: d["steps"][0].update(key="x" * 65), "/steps/0/key"),
+        (lambda d: d["steps"][0].update(key="bad key"), "/steps/0/key"),
+        (lambda d: d["steps"][1].update(key="reserve"), "/steps/1/key"),
+        (lambda d: d["steps"][1]["signal"].update(name="n" * 129), "/steps/1/signal/name"),
+        (lambda d: d["steps"][1]["signal"].update(name="né"), "/steps/1/signal/name"),
+        (lambda d: d["steps"][1]["signal"].update(payload_version="v" * 33), "/steps/1/signal/payload_version"),
+        (lambda d: d["steps"][1]["signal"].update(payload_schema={"type": 5}), "/steps/1/signal/payload_schema"),
+        (lambda d: d["steps"][1].update(correlation="no-leading-slash"), "/steps/1/correlation"),
+        (lambda d: d["steps"][1].update(correlation="/bad~2escape"), "/steps/1/correlation"),
+        (lambda d: d["steps"][1].pop("correlation"), "/steps/1"),
+        (lambda d: d["steps"][0].pop("queue"), "/steps/0"),
+        (lambda d: d["steps"][0].update(timeout_seconds=0), "/steps/0/timeout_seconds"),
+        (lambda d: d["steps"][0].update(unknown=1), "/steps/0"),
+        (lambda d: d.update(steps=[]), "/steps"),
+        (lambda d: d.update(name=""), "/name"),
+    ],
+)
 def test_d1_invalid_documents_are_422_with_a_pointer_and_store_nothing(client, headers, database, mutate, pointer):
     document = doc()
     mutate(document)
@@ -149,6 +173,7 @@ def test_d1_concurrent_identical_publishers_share_one_version(database, tenant):
 
 def test_publish_is_audited_with_actor_and_digest(client, headers, database):
     first = publish(client, headers, doc())
-    row = database.run(lambda tx: tx.one("SELECT actor, action, request_digest FROM audit_records "
-                                         "WHERE action = 'definition.publish'"))
+    row = database.run(
+        lambda tx: tx.one("SELECT actor, action, request_digest FROM audit_records WHERE action = 'definition.publish'")
+    )
     assert row == {"actor": "tester", "action": "definition.publish", "request_digest": first.json["digest"]}

@@ -63,8 +63,9 @@ def test_wrong_content_type_is_415(client, database, writer):
 
 
 def test_json_with_charset_parameter_is_accepted(client, writer):
-    result = post_raw(client, "/v1/namespaces/acme/definitions", json.dumps(DOC).encode(), writer,
-                      "application/json; charset=utf-8")
+    result = post_raw(
+        client, "/v1/namespaces/acme/definitions", json.dumps(DOC).encode(), writer, "application/json; charset=utf-8"
+    )
     assert result.status_code == 201
 
 
@@ -76,8 +77,11 @@ def test_body_over_the_cap_is_413_before_parsing(client, database, writer):
 
 
 def test_schema_violations_are_422_with_pointers(client, database, writer):
-    bad = {"name": "bad name", "steps": [{"key": "a", "type": "TASK", "queue": "inventory"},
-                                         {"key": "b", "type": "WHAT"}], "extra": 1}
+    bad = {
+        "name": "bad name",
+        "steps": [{"key": "a", "type": "TASK", "queue": "inventory"}, {"key": "b", "type": "WHAT"}],
+        "extra": 1,
+    }
     result = client.simulate_post("/v1/namespaces/acme/definitions", json=bad, headers=writer)
     assert (result.status_code, result.json["code"]) == (422, "VALIDATION_FAILED")
     pointers = {e["pointer"] for e in result.json["errors"]}
@@ -98,23 +102,53 @@ def test_bad_paging_parameters_are_422(client, writer, query):
     assert (result.status_code, result.json["code"]) == (422, "VALIDATION_FAILED")
 
 
-GARBAGE = [b"", b"null", b"[]", b"1", b'"s"', b"{}", b'{"steps": null}', b'{"name": 1}', b"\xff\xfe",
-           b'{"definition": "x", "version": "1", "input": 1, "deadline_seconds": 1}',
-           b'{"definition": "x", "version', b"[" * 5000, b'{"a": 1e999999}',
-           b'{"definition": "order", "version": 99999999999, "input": null, "deadline_seconds": 0}']
+GARBAGE = [
+    b"",
+    b"null",
+    b"[]",
+    b"1",
+    b'"s"',
+    b"{}",
+    b'{"steps": null}',
+    b'{"name": 1}',
+    b"\xff\xfe",
+    b'{"definition": "x", "version": "1", "input": 1, "deadline_seconds": 1}',
+    b'{"definition": "x", "version',
+    b"[" * 5000,
+    b'{"a": 1e999999}',
+    b'{"definition": "order", "version": 99999999999, "input": null, "deadline_seconds": 0}',
+]
 
 
-@pytest.mark.parametrize("path", ["/v1/namespaces/acme/definitions", "/v1/namespaces/acme/workflows",
-                                  "/v1/namespaces/acme/workflows/w1/signals", "/v1/namespaces/acme/workflows/w1/pause",
-                                  "/v1/namespaces/acme/queues/inventory/claim", "/v1/namespaces/acme/tasks/1/complete",
-                                  "/v1/namespaces/acme/tasks/1/heartbeat"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/namespaces/acme/definitions",
+        "/v1/namespaces/acme/workflows",
+        "/v1/namespaces/acme/workflows/w1/signals",
+        "/v1/namespaces/acme/workflows/w1/pause",
+        "/v1/namespaces/acme/queues/inventory/claim",
+        "/v1/namespaces/acme/tasks/1/complete",
+        "/v1/namespaces/acme/tasks/1/heartbeat",
+    ],
+)
 def test_garbage_never_gives_500_and_stores_nothing(client, database, tenant, path):
-    everything = tenant.headers("definitions:write", "workflows:start", "workflows:read", "workflows:signal",
-                                "workflows:control", "tasks:work", queues=("inventory", "carrier"))
+    everything = tenant.headers(
+        "definitions:write",
+        "workflows:start",
+        "workflows:read",
+        "workflows:signal",
+        "workflows:control",
+        "tasks:work",
+        queues=("inventory", "carrier"),
+    )
     everything["Idempotency-Key"] = "k1"
     client.simulate_post("/v1/namespaces/acme/definitions", json=DOC, headers=everything)
-    client.simulate_post("/v1/namespaces/acme/workflows", headers=everything, json={
-        "definition": "order", "version": 1, "input": {}, "deadline_seconds": 60, "workflow_id": "w1"})
+    client.simulate_post(
+        "/v1/namespaces/acme/workflows",
+        headers=everything,
+        json={"definition": "order", "version": 1, "input": {}, "deadline_seconds": 60, "workflow_id": "w1"},
+    )
     before = {t: count(database, t) for t in ("definitions", "instances", "signals", "tasks", "audit_records")}
     for body in GARBAGE:
         result = post_raw(client, path, body, everything)

@@ -11,25 +11,41 @@ DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "i
 def populated(client, tenant, database):
     headers = tenant.headers("definitions:write", "workflows:start")
     for timeout in range(1, 6):
-        client.simulate_post("/v1/namespaces/acme/definitions", headers=headers,
-                             json={**DOC, "steps": [{**DOC["steps"][0], "timeout_seconds": timeout}]})
+        client.simulate_post(
+            "/v1/namespaces/acme/definitions",
+            headers=headers,
+            json={**DOC, "steps": [{**DOC["steps"][0], "timeout_seconds": timeout}]},
+        )
     for i in range(60):
-        client.simulate_post("/v1/namespaces/acme/workflows", headers=headers, json={
-            "definition": "order", "version": 1 + i % 5, "input": {}, "deadline_seconds": 60, "workflow_id": f"w{i}"})
+        client.simulate_post(
+            "/v1/namespaces/acme/workflows",
+            headers=headers,
+            json={
+                "definition": "order",
+                "version": 1 + i % 5,
+                "input": {},
+                "deadline_seconds": 60,
+                "workflow_id": f"w{i}",
+            },
+        )
     for i in range(40):
         tenant.token("workflows:read")
 
     def activations(tx):
         for row in tx.all("SELECT id FROM instances"):
             for seq in (1, 2):
-                tx.execute("INSERT INTO step_activations (instance_id, step_key, step_index, activation_sequence,"
-                           " status, activated_at) VALUES (%s, 'reserve', 0, %s, 'ACTIVE', %s)",
-                           (row["id"], seq, tx.now()))
+                tx.execute(
+                    "INSERT INTO step_activations (instance_id, step_key, step_index, activation_sequence,"
+                    " status, activated_at) VALUES (%s, 'reserve', 0, %s, 'ACTIVE', %s)",
+                    (row["id"], seq, tx.now()),
+                )
         for activation in tx.all("SELECT id, instance_id FROM step_activations"):
-            tx.execute("INSERT INTO tasks (namespace_id, queue_id, instance_id, activation_id, kind, status,"
-                       " max_attempts, available_at, deadline_at, created_at)"
-                       " VALUES (1, 1, %s, %s, 'TASK', 'QUEUED', 3, %s, %s, %s)",
-                       (activation["instance_id"], activation["id"], tx.now(), tx.now(), tx.now()))
+            tx.execute(
+                "INSERT INTO tasks (namespace_id, queue_id, instance_id, activation_id, kind, status,"
+                " max_attempts, available_at, deadline_at, created_at)"
+                " VALUES (1, 1, %s, %s, 'TASK', 'QUEUED', 3, %s, %s, %s)",
+                (activation["instance_id"], activation["id"], tx.now(), tx.now(), tx.now()),
+            )
         tx.execute("ANALYZE TABLE instances, events, step_activations, credentials, definitions, tasks")
 
     database.run(activations)
@@ -57,14 +73,18 @@ def test_request_path_queries_use_their_indexes(populated):
     assert ("c", "PRIMARY") in keys_used(explain(database, tenancy.SELECT_IDENTITY, (credential_id,)))
     assert ("i", "uq_instances_workflow") in keys_used(explain(database, instances.SELECT_INSTANCE, (ns, "w7")))
     assert ("definitions", "uq_definitions_name_version") in keys_used(
-        explain(database, definitions.SELECT_LATEST, (ns, "order")))
+        explain(database, definitions.SELECT_LATEST, (ns, "order"))
+    )
     assert ("definitions", "uq_definitions_name_version") in keys_used(
-        explain(database, definitions.SELECT_VERSION, (ns, "order", 3)))
+        explain(database, definitions.SELECT_VERSION, (ns, "order", 3))
+    )
     assert ("e", "uq_events_instance_seq") in keys_used(explain(database, events.SELECT_EVENTS_PAGE, (ns, "w7", 0, 10)))
     assert ("step_activations", "uq_activations_step_sequence") in keys_used(
-        explain(database, instances.SELECT_LATEST_ACTIVATIONS, (instance_id,)))
+        explain(database, instances.SELECT_LATEST_ACTIVATIONS, (instance_id,))
+    )
     assert ("tasks", "ix_tasks_activation") in keys_used(
-        explain(database, instances.SELECT_ACTIVATION_TASKS, ((1, 2, 3),)))
+        explain(database, instances.SELECT_ACTIVATION_TASKS, ((1, 2, 3),))
+    )
 
 
 def test_signal_queries_use_their_indexes(populated, clock):
@@ -78,18 +98,22 @@ def test_signal_queries_use_their_indexes(populated, clock):
         rows = tx.all("SELECT id FROM instances")
         for row in rows:
             for n in range(6):
-                tx.execute("INSERT INTO signals (instance_id, name, payload_version, target_step_key,"
-                           " target_activation_sequence, correlation, status, accepted_at, expires_at, available_at,"
-                           " created_at, idempotency_key) VALUES (%s, 'n', 'v1', 'payment', 1, 'c', %s, %s, %s, %s, %s, %s)",
-                           (row["id"], "PENDING" if n % 3 else "REJECTED", tx.now(), tx.now(), tx.now(), tx.now(),
-                            f"k{n}"))
+                tx.execute(
+                    "INSERT INTO signals (instance_id, name, payload_version, target_step_key,"
+                    " target_activation_sequence, correlation, status, accepted_at, expires_at, available_at,"
+                    " created_at, idempotency_key) VALUES (%s, 'n', 'v1', 'payment', 1, 'c', %s, %s, %s, %s, %s, %s)",
+                    (row["id"], "PENDING" if n % 3 else "REJECTED", tx.now(), tx.now(), tx.now(), tx.now(), f"k{n}"),
+                )
         tx.execute("ANALYZE TABLE signals")
 
     database.run(fill)
     matching = explain(database, signals.LOCK_PENDING_OF_GENERATION, (instance_id, "payment", 1))
     # Any index led by instance_id narrows it to one instance's ≤1024 rows; which one is the planner's call.
-    assert keys_used(matching) <= {("signals", "ix_signals_matching"), ("signals", "ix_signals_instance_status"),
-                                   ("signals", "uq_signals_idempotency")}
+    assert keys_used(matching) <= {
+        ("signals", "ix_signals_matching"),
+        ("signals", "ix_signals_instance_status"),
+        ("signals", "uq_signals_idempotency"),
+    }
     expiry = explain(database, signals.DUE_EXPIRIES, (clock.now(), clock.now(), 100))
     assert ("signals", "ix_signals_expiry") in keys_used(expiry)
     replay = explain(database, signals.SELECT_TARGET_INSTANCE_AND_KEY, ("k1", namespace_id, "w7"))

@@ -5,14 +5,22 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from weave.sql import instances
 from weave.db import Database, DatabaseClock
+from weave.sql import instances
 
-DOC = {"name": "order", "steps": [
-    {"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30},
-    {"key": "payment", "type": "SIGNAL", "timeout_seconds": 3600, "correlation": "/input/order_id",
-     "signal": {"name": "payment.settled", "payload_version": "v1", "payload_schema": {"type": "object"}}},
-]}
+DOC = {
+    "name": "order",
+    "steps": [
+        {"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30},
+        {
+            "key": "payment",
+            "type": "SIGNAL",
+            "timeout_seconds": 3600,
+            "correlation": "/input/order_id",
+            "signal": {"name": "payment.settled", "payload_version": "v1", "payload_schema": {"type": "object"}},
+        },
+    ],
+}
 
 
 @pytest.fixture
@@ -23,8 +31,14 @@ def headers(client, tenant):
 
 
 def start(client, headers, **overrides):
-    body = {"definition": "order", "version": 1, "input": {"order_id": "o-1"}, "deadline_seconds": 600,
-            "workflow_id": "wf-1", **overrides}
+    body = {
+        "definition": "order",
+        "version": 1,
+        "input": {"order_id": "o-1"},
+        "deadline_seconds": 600,
+        "workflow_id": "wf-1",
+        **overrides,
+    }
     body = {k: v for k, v in body.items() if v is not None}
     return client.simulate_post("/v1/namespaces/acme/workflows", json=body, headers=headers)
 
@@ -42,16 +56,20 @@ def test_i1_i2_start_writes_instance_root_checkpoint_event_and_audit(client, hea
     assert body["review_reason"] is None and body["input"] == {"order_id": "o-1"}
     assert body["created_at"] == "2026-11-30T07:00:00.000000Z"
     assert body["deadline_at"] == "2026-11-30T07:10:00.000000Z"
-    assert [(s["key"], s["type"], s["status"], s["activation_sequence"], s["wait"], s["task"]) for s in body["steps"]] == [
-        ("reserve", "TASK", "NOT_STARTED", None, None, None), ("payment", "SIGNAL", "NOT_STARTED", None, None, None)]
+    assert [
+        (s["key"], s["type"], s["status"], s["activation_sequence"], s["wait"], s["task"]) for s in body["steps"]
+    ] == [("reserve", "TASK", "NOT_STARTED", None, None, None), ("payment", "SIGNAL", "NOT_STARTED", None, None, None)]
 
     (checkpoint,) = rows(database, "SELECT kind, wait_id, due_at, available_at, attempts FROM checkpoints")
     now = clock.now()
     assert checkpoint == {"kind": "ROOT", "wait_id": None, "due_at": now, "available_at": now, "attempts": 0}
     (event,) = rows(database, "SELECT seq, type FROM events")
     assert event == {"seq": 1, "type": "WORKFLOW_STARTED"}
-    (audit,) = rows(database, "SELECT actor, action, instance_id IS NOT NULL AS has_instance, request_digest "
-                              "FROM audit_records WHERE action = 'workflow.start'")
+    (audit,) = rows(
+        database,
+        "SELECT actor, action, instance_id IS NOT NULL AS has_instance, request_digest "
+        "FROM audit_records WHERE action = 'workflow.start'",
+    )
     assert audit["actor"] == "tester" and audit["has_instance"] == 1 and len(audit["request_digest"]) == 64
 
 
@@ -86,17 +104,20 @@ def test_i1_workflow_id_is_generated_when_absent(client, headers, database):
     assert first.json["workflow_id"].startswith("wf_")
 
 
-@pytest.mark.parametrize("change, pointer", [
-    ({"deadline_seconds": 0}, "/deadline_seconds"),
-    ({"deadline_seconds": 366 * 86400 + 1}, "/deadline_seconds"),
-    ({"workflow_id": ""}, "/workflow_id"),
-    ({"workflow_id": "x" * 129}, "/workflow_id"),
-    ({"workflow_id": "tab\there"}, "/workflow_id"),
-    ({"workflow_id": "é"}, "/workflow_id"),
-    ({"version": 0}, "/version"),
-    ({"version": "1"}, "/version"),
-    ({"input": None, "extra": 1}, ""),
-])
+@pytest.mark.parametrize(
+    "change, pointer",
+    [
+        ({"deadline_seconds": 0}, "/deadline_seconds"),
+        ({"deadline_seconds": 366 * 86400 + 1}, "/deadline_seconds"),
+        ({"workflow_id": ""}, "/workflow_id"),
+        ({"workflow_id": "x" * 129}, "/workflow_id"),
+        ({"workflow_id": "tab\there"}, "/workflow_id"),
+        ({"workflow_id": "é"}, "/workflow_id"),
+        ({"version": 0}, "/version"),
+        ({"version": "1"}, "/version"),
+        ({"input": None, "extra": 1}, ""),
+    ],
+)
 def test_i1_invalid_start_is_422(client, headers, database, change, pointer):
     result = start(client, headers, **change)
     assert (result.status_code, result.json["code"]) == (422, "VALIDATION_FAILED"), result.text
@@ -125,10 +146,13 @@ def test_input_of_256_kib_is_accepted_and_one_byte_more_is_413(client, headers, 
 
 
 def test_s1_11_input_keeps_exact_decimals_and_member_order(client, headers, database):
-    body = (b'{"definition":"order","version":1,"deadline_seconds":60,"workflow_id":"exact",'
-            b'"input":{"z":1.10,"a":123456789012345678901234567890.000000000000000000001}}')
-    result = client.simulate_post("/v1/namespaces/acme/workflows", body=body,
-                                  headers={**headers, "Content-Type": "application/json"})
+    body = (
+        b'{"definition":"order","version":1,"deadline_seconds":60,"workflow_id":"exact",'
+        b'"input":{"z":1.10,"a":123456789012345678901234567890.000000000000000000001}}'
+    )
+    result = client.simulate_post(
+        "/v1/namespaces/acme/workflows", body=body, headers={**headers, "Content-Type": "application/json"}
+    )
     assert result.status_code == 201
     expected = '{"z":1.10,"a":123456789012345678901234567890.000000000000000000001}'
     assert f'"input":{expected}' in result.text
@@ -137,6 +161,7 @@ def test_s1_11_input_keeps_exact_decimals_and_member_order(client, headers, data
 
 def test_i2_start_is_one_transaction(client, headers, database):
     """A failure just before COMMIT leaves no instance, checkpoint, event or audit record."""
+
     def fail(tx, unit):
         if unit == "start_workflow":
             raise RuntimeError("injected failure before commit")
@@ -159,8 +184,9 @@ def test_i1_concurrent_starts_of_one_workflow_id_make_one_instance(database, ten
 
     def go():
         barrier.wait()
-        facts, created = instances.start_workflow(database, principal_row["namespace_id"],
-                                                  principal_row["application_id"], 1, "t", request)
+        facts, created = instances.start_workflow(
+            database, principal_row["namespace_id"], principal_row["application_id"], 1, "t", request
+        )
         outcomes.append((facts.instance["id"], created))
 
     threads = [threading.Thread(target=go) for _ in range(8)]

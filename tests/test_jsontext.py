@@ -27,18 +27,21 @@ def test_s1_11_digest_ignores_member_order_but_not_values():
     assert jsontext.digest(None) != jsontext.digest("null")
 
 
-@pytest.mark.parametrize("text, reason", [
-    ('{"a":1,"a":2}', "duplicate object key"),
-    ('{"x":{"a":1,"a":1}}', "duplicate object key"),
-    ("NaN", "NaN"),
-    ("[Infinity]", "Infinity"),
-    ("-Infinity", "Infinity"),
-    ('"\\ud800"', "surrogate"),
-    ("{", "Expecting"),
-    ("1 2", "Extra data"),
-    ("", "Expecting value"),
-    ("[" * 100000 + "]" * 100000, "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ('{"a":1,"a":2}', "duplicate object key"),
+        ('{"x":{"a":1,"a":1}}', "duplicate object key"),
+        ("NaN", "NaN"),
+        ("[Infinity]", "Infinity"),
+        ("-Infinity", "Infinity"),
+        ('"\\ud800"', "surrogate"),
+        ("{", "Expecting"),
+        ("1 2", "Extra data"),
+        ("", "Expecting value"),
+        ("[" * 100000 + "]" * 100000, "nested too deeply"),
+    ],
+)
 def test_s1_11_refused_json(text, reason):
     with pytest.raises(jsontext.JsonRejected, match=reason):
         jsontext.loads(text)

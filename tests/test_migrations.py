@@ -26,7 +26,13 @@ def _tables(url):
 
 
 def test_m1_migrations_apply_and_roll_back_on_an_empty_database(scratch_url):
-    assert migrate.pending(scratch_url) == ["0001.tenancy", "0002.workflows", "0003.pulse", "0004.signals_minimal", "0005.signal_identity"]
+    assert migrate.pending(scratch_url) == [
+        "0001.tenancy",
+        "0002.workflows",
+        "0003.pulse",
+        "0004.signals_minimal",
+        "0005.signal_identity",
+    ]
     applied = migrate.apply(scratch_url)
     assert applied == ["0001.tenancy", "0002.workflows", "0003.pulse", "0004.signals_minimal", "0005.signal_identity"]
     assert migrate.pending(scratch_url) == []
@@ -51,11 +57,17 @@ def test_m1_migration_steps_survive_being_re_run(scratch_url):
 def test_m1_every_table_and_column_has_a_comment(migrated_url):
     conn = connect(migrated_url)
     with conn.cursor() as cur:
-        cur.execute("""SELECT table_name AS t, table_comment AS c FROM information_schema.tables
-                       WHERE table_schema = %s""", (migrated_url.database,))
+        cur.execute(
+            """SELECT table_name AS t, table_comment AS c FROM information_schema.tables
+                       WHERE table_schema = %s""",
+            (migrated_url.database,),
+        )
         tables = [r for r in cur.fetchall() if r["t"] not in YOYO_TABLES]
-        cur.execute("""SELECT table_name AS t, column_name AS col, column_comment AS c
-                       FROM information_schema.columns WHERE table_schema = %s""", (migrated_url.database,))
+        cur.execute(
+            """SELECT table_name AS t, column_name AS col, column_comment AS c
+                       FROM information_schema.columns WHERE table_schema = %s""",
+            (migrated_url.database,),
+        )
         columns = [r for r in cur.fetchall() if r["t"] not in YOYO_TABLES]
     conn.close()
     assert len(tables) >= 15
@@ -67,11 +79,17 @@ def test_m1_every_table_and_column_has_a_comment(migrated_url):
 def test_m1_there_are_no_foreign_keys(migrated_url):
     conn = connect(migrated_url)
     with conn.cursor() as cur:
-        cur.execute("""SELECT COUNT(*) AS n FROM information_schema.referential_constraints
-                       WHERE constraint_schema = %s""", (migrated_url.database,))
+        cur.execute(
+            """SELECT COUNT(*) AS n FROM information_schema.referential_constraints
+                       WHERE constraint_schema = %s""",
+            (migrated_url.database,),
+        )
         assert cur.fetchone()["n"] == 0
-        cur.execute("""SELECT COUNT(*) AS n FROM information_schema.key_column_usage
-                       WHERE table_schema = %s AND referenced_table_name IS NOT NULL""", (migrated_url.database,))
+        cur.execute(
+            """SELECT COUNT(*) AS n FROM information_schema.key_column_usage
+                       WHERE table_schema = %s AND referenced_table_name IS NOT NULL""",
+            (migrated_url.database,),
+        )
         assert cur.fetchone()["n"] == 0
     conn.close()
 
@@ -79,8 +97,11 @@ def test_m1_there_are_no_foreign_keys(migrated_url):
 def test_every_table_is_utf8mb4(migrated_url):
     conn = connect(migrated_url)
     with conn.cursor() as cur:
-        cur.execute("""SELECT table_name AS t, table_collation AS c FROM information_schema.tables
-                       WHERE table_schema = %s""", (migrated_url.database,))
+        cur.execute(
+            """SELECT table_name AS t, table_collation AS c FROM information_schema.tables
+                       WHERE table_schema = %s""",
+            (migrated_url.database,),
+        )
         rows = [r for r in cur.fetchall() if r["t"] not in YOYO_TABLES]
     conn.close()
     assert {r["c"] for r in rows} == {"utf8mb4_bin"}

@@ -16,12 +16,17 @@ def test_openapi_lists_every_served_operation_with_its_request_schema(client):
     assert "/v1/namespaces/{namespace}/definitions/{name}/versions/{version}" in paths
     assert {"/healthz", "/readyz", "/v1/openapi.json"} <= set(paths)
     publish = paths["/v1/namespaces/{namespace}/definitions"]["post"]
-    assert publish["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/definition"}
+    assert publish["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/definition"
+    }
     # Not a copy kept by hand: the very documents that validate requests.
     assert document["components"]["schemas"]["definition"] == schemas.schema("definition")
     assert document["components"]["schemas"]["start_workflow"] == schemas.schema("start_workflow")
-    version_param = [p for p in paths["/v1/namespaces/{namespace}/definitions/{name}/versions/{version}"]["get"]
-                     ["parameters"] if p["name"] == "version"]
+    version_param = [
+        p
+        for p in paths["/v1/namespaces/{namespace}/definitions/{name}/versions/{version}"]["get"]["parameters"]
+        if p["name"] == "version"
+    ]
     assert version_param[0]["schema"] == {"type": "integer"}
 
 

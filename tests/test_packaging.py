@@ -23,8 +23,9 @@ from weave.devdb import free_port
 ROOT = Path(__file__).resolve().parent.parent
 # What a build must not see: local state, and earlier builds (setuptools reuses build/ and keeps
 # files there that the source no longer has).
-NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", ".weave", "build", "dist", "*.egg-info", "__pycache__",
-                                    ".pytest_cache")
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", ".weave", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"
+)
 # The installed commands must find nothing of the checkout through the environment.
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
 
@@ -97,11 +98,13 @@ def test_an_installed_wheel_migrates_and_serves_from_outside_the_checkout(tmp_pa
     assert migrated.stdout.strip() == f"applied {len(expected)} migration(s): {', '.join(expected)}"
     assert migrate.pending(url) == []  # judged by the checkout: the installed set is the whole set
 
-    no_sql = subprocess.run([bin_ / "python", "-c", "import sql"], cwd=elsewhere, env=env, capture_output=True,
-                            text=True)
+    no_sql = subprocess.run(
+        [bin_ / "python", "-c", "import sql"], cwd=elsewhere, env=env, capture_output=True, text=True
+    )
     assert no_sql.returncode != 0 and "No module named 'sql'" in no_sql.stderr
-    where = run(bin_ / "python", "-c", "import weave.sql.tenancy; print(weave.sql.tenancy.__file__)",
-                cwd=elsewhere, env=env)
+    where = run(
+        bin_ / "python", "-c", "import weave.sql.tenancy; print(weave.sql.tenancy.__file__)", cwd=elsewhere, env=env
+    )
     assert Path(where.stdout.strip()).is_relative_to(tmp_path / "venv")
 
     def admin(*argv) -> dict:
@@ -110,18 +113,31 @@ def test_an_installed_wheel_migrates_and_serves_from_outside_the_checkout(tmp_pa
     admin("namespace", "create", "shop")
     admin("queue", "create", "shop", "inventory", "--permits", "2")
     admin("app", "create", "shop", "web")
-    token = admin("credential", "create", "shop", "web", "--actor", "packager", "--scope", "definitions:write",
-                  "--queue", "inventory")["token"]
+    token = admin(
+        "credential",
+        "create",
+        "shop",
+        "web",
+        "--actor",
+        "packager",
+        "--scope",
+        "definitions:write",
+        "--queue",
+        "inventory",
+    )["token"]
 
     port = free_port()
     log = tmp_path / "serve.log"
     with log.open("w") as out:
-        server = subprocess.Popen([weave, "serve", "--port", str(port)], cwd=elsewhere, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [weave, "serve", "--port", str(port)], cwd=elsewhere, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
         wait_until_ready(server, port, log)
-        document = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory",
-                                                "timeout_seconds": 30}]}
+        document = {
+            "name": "order",
+            "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}],
+        }
         status, body = http_json(port, "POST", "/v1/namespaces/shop/definitions", document, token)
         assert (status, body["name"], body["version"]) == (201, "order", 1), body
     finally:
@@ -150,8 +166,9 @@ def test_applying_no_migrations_is_an_error_naming_the_folder(no_migrations):
             attempt(unused, directory=no_migrations)
 
 
-def test_weave_migrate_without_migrations_exits_non_zero_naming_the_folder(no_migrations, scratch_database,
-                                                                            monkeypatch, capsys):
+def test_weave_migrate_without_migrations_exits_non_zero_naming_the_folder(
+    no_migrations, scratch_database, monkeypatch, capsys
+):
     monkeypatch.setattr(migrate, "migrations_dir", lambda: no_migrations)
     monkeypatch.setenv("WEAVE_DATABASE_URL", scratch_database("unmigrated").yoyo_url())
     assert main(["migrate"]) == 1
@@ -188,7 +205,8 @@ def test_readyz_is_503_naming_the_folder_when_no_migrations_are_installed(no_mig
     database = Database(migrated_url)
     try:
         result = falcon.testing.TestClient(create_app(Config(migrated_url.yoyo_url()), database)).simulate_get(
-            "/readyz")
+            "/readyz"
+        )
     finally:
         database.close()
     assert (result.status_code, result.json["code"]) == (503, "UNAVAILABLE")
@@ -197,6 +215,10 @@ def test_readyz_is_503_naming_the_folder_when_no_migrations_are_installed(no_mig
 
 def test_the_api_server_does_not_import_the_development_database_module():
     # `weave serve` loads weave.cli, which loads weave.server; only `weave dev` needs weave.devdb.
-    loaded = subprocess.run([sys.executable, "-c", "import sys, weave.cli, weave.server; "
-                             "print('weave.devdb' in sys.modules)"], capture_output=True, text=True, check=True)
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, weave.cli, weave.server; print('weave.devdb' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert loaded.stdout.strip() == "False"

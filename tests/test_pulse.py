@@ -1,12 +1,12 @@
 """P1-P6: permits, claim, heartbeat, complete, attempts and backoff, lease expiry, cancellation, inbox."""
 
 import threading
-from datetime import timedelta
 import time
+from datetime import timedelta
 
 import pytest
-
 from helpers import task_steps
+
 from weave.sql import tasks
 
 
@@ -32,9 +32,12 @@ def test_p1_permits_never_exceed_the_budget_with_16_concurrent_claimers(flow, da
 
     def monitor():
         while not stop.is_set():
-            row = database.run(lambda tx: tx.one(
-                "SELECT (SELECT permits_in_use FROM queues WHERE name = 'inventory') AS permits,"
-                " (SELECT COUNT(*) FROM tasks WHERE status = 'RUNNING') AS running"))
+            row = database.run(
+                lambda tx: tx.one(
+                    "SELECT (SELECT permits_in_use FROM queues WHERE name = 'inventory') AS permits,"
+                    " (SELECT COUNT(*) FROM tasks WHERE status = 'RUNNING') AS running"
+                )
+            )
             observed.append((row["permits"], row["running"]))
 
     def claimer(n):
@@ -48,8 +51,16 @@ def test_p1_permits_never_exceed_the_budget_with_16_concurrent_claimers(flow, da
                     time.sleep(0.002)
                     continue
                 time.sleep(0.003)
-                tasks.complete_task(database, namespace_id, claimed.task_id, claimed.lease_token,
-                                    tasks.Completion("SUCCEEDED", "{}"), frozenset({"inventory"}), 1, "w")
+                tasks.complete_task(
+                    database,
+                    namespace_id,
+                    claimed.task_id,
+                    claimed.lease_token,
+                    tasks.Completion("SUCCEEDED", "{}"),
+                    frozenset({"inventory"}),
+                    1,
+                    "w",
+                )
                 completed.append(claimed.task_id)
         except Exception as exc:  # asserted below
             errors.append(exc)
@@ -90,10 +101,14 @@ def test_p2_claim_takes_the_oldest_task_and_stops_at_the_permit_budget(flow):
 def test_p2_claim_needs_scope_and_queue_grant(flow, tenant, client):
     start_tasks(flow, 1)
     no_grant = tenant.headers("tasks:work", queues=("carrier",))
-    result = client.simulate_post("/v1/namespaces/acme/queues/inventory/claim", json={"worker_id": "w"}, headers=no_grant)
+    result = client.simulate_post(
+        "/v1/namespaces/acme/queues/inventory/claim", json={"worker_id": "w"}, headers=no_grant
+    )
     assert (result.status_code, result.json["code"]) == (403, "FORBIDDEN")
     no_scope = tenant.headers("workflows:read", queues=("inventory",))
-    result = client.simulate_post("/v1/namespaces/acme/queues/inventory/claim", json={"worker_id": "w"}, headers=no_scope)
+    result = client.simulate_post(
+        "/v1/namespaces/acme/queues/inventory/claim", json={"worker_id": "w"}, headers=no_scope
+    )
     assert result.status_code == 403
     assert queue_state(flow)["permits_in_use"] == 0
 
@@ -155,26 +170,35 @@ def test_p3_unknown_task_and_other_namespace_are_404(flow, other_tenant, client)
     start_tasks(flow, 1)
     task = flow.claim().json
     outsider = other_tenant.headers("tasks:work", queues=("inventory",))
-    result = client.simulate_post(f"/v1/namespaces/globex/tasks/{task['task_id']}/complete", headers=outsider,
-                                  json={"lease_token": task["lease_token"], "outcome": "SUCCEEDED", "result": 1})
+    result = client.simulate_post(
+        f"/v1/namespaces/globex/tasks/{task['task_id']}/complete",
+        headers=outsider,
+        json={"lease_token": task["lease_token"], "outcome": "SUCCEEDED", "result": 1},
+    )
     assert (result.status_code, result.json["code"]) == (404, "TASK_NOT_FOUND")
     for bad_id in ("999999", "abc", "1.5"):
         result = flow.complete({"task_id": bad_id, "lease_token": "x"}, result=1)
         assert (result.status_code, result.json["code"]) == (404, "TASK_NOT_FOUND")
 
 
-@pytest.mark.parametrize("body", [
-    {"outcome": "SUCCEEDED"},
-    {"outcome": "FAILED", "error": {"message": "x"}},
-    {"outcome": "FAILED", "result": 1, "error": {"message": "x", "retryable": False}},
-    {"outcome": "CANCELLED", "result": 1},
-    {"outcome": "DONE", "result": 1},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"outcome": "SUCCEEDED"},
+        {"outcome": "FAILED", "error": {"message": "x"}},
+        {"outcome": "FAILED", "result": 1, "error": {"message": "x", "retryable": False}},
+        {"outcome": "CANCELLED", "result": 1},
+        {"outcome": "DONE", "result": 1},
+    ],
+)
 def test_p3_invalid_completion_is_422_and_changes_nothing(flow, body):
     start_tasks(flow, 1)
     task = flow.claim().json
-    result = flow.client.simulate_post(f"{flow.ns}/tasks/{task['task_id']}/complete", headers=flow.worker,
-                                       json={"lease_token": task["lease_token"], **body})
+    result = flow.client.simulate_post(
+        f"{flow.ns}/tasks/{task['task_id']}/complete",
+        headers=flow.worker,
+        json={"lease_token": task["lease_token"], **body},
+    )
     assert (result.status_code, result.json["code"]) == (422, "VALIDATION_FAILED")
     assert flow.rows("SELECT status FROM tasks") == [{"status": "RUNNING"}]
 
@@ -183,8 +207,11 @@ def test_p4_retryable_failure_requeues_with_backoff_then_fails_when_attempts_run
     start_tasks(flow, 1, max_attempts=2)
     first = flow.claim().json
     error = {"message": "timeout talking to inventory", "retryable": True}
-    assert flow.complete(first, "FAILED", error=error).json == {"task_id": first["task_id"], "status": "QUEUED",
-                                                                 "attempt": 1}
+    assert flow.complete(first, "FAILED", error=error).json == {
+        "task_id": first["task_id"],
+        "status": "QUEUED",
+        "attempt": 1,
+    }
     assert queue_state(flow)["permits_in_use"] == 0
     assert flow.claim().status_code == 204  # backoff: 1 s after the first attempt
     clock.advance(1)
@@ -260,10 +287,14 @@ def test_p6_exactly_one_inbox_event_per_final_outcome(flow, clock):
     flow.complete(b, "FAILED", error={"message": "x", "retryable": True})  # re-queued: no inbox event
     flow.complete(c, "FAILED", error={"message": "x", "retryable": False})
     flow.complete(d, "CANCELLED")
-    inbox = flow.rows("SELECT t.id, i.outcome, i.completed_at FROM inbox_events i JOIN tasks t ON t.id = i.task_id "
-                      "ORDER BY t.id")
-    assert [(str(r["id"]), r["outcome"]) for r in inbox] == [(a["task_id"], "SUCCEEDED"), (c["task_id"], "FAILED"),
-                                                             (d["task_id"], "CANCELLED")]
+    inbox = flow.rows(
+        "SELECT t.id, i.outcome, i.completed_at FROM inbox_events i JOIN tasks t ON t.id = i.task_id ORDER BY t.id"
+    )
+    assert [(str(r["id"]), r["outcome"]) for r in inbox] == [
+        (a["task_id"], "SUCCEEDED"),
+        (c["task_id"], "FAILED"),
+        (d["task_id"], "CANCELLED"),
+    ]
     assert all(r["completed_at"] == clock.now() for r in inbox)
     final = flow.rows("SELECT COUNT(*) AS n FROM tasks WHERE status IN ('SUCCEEDED','FAILED','CANCELLED','UNKNOWN')")
     assert final[0]["n"] == len(inbox)

@@ -31,7 +31,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("action, status, expected", CASES,
-                         ids=[f"r1_{action}_from_{status.lower()}" for action, status, _ in CASES])
+@pytest.mark.parametrize(
+    "action, status, expected", CASES, ids=[f"r1_{action}_from_{status.lower()}" for action, status, _ in CASES]
+)
 def test_r1_transition(action, status, expected):
     assert transition(action, status) == expected

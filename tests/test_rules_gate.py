@@ -30,7 +30,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("status, gate, application, now, expected", [case[1:] for case in CASES],
-                         ids=[case[0] for case in CASES])
+@pytest.mark.parametrize(
+    "status, gate, application, now, expected", [case[1:] for case in CASES], ids=[case[0] for case in CASES]
+)
 def test_i3_new_work(status, gate, application, now, expected):
     assert new_work(GateFacts(status, gate, application, DEADLINE, now)) == expected

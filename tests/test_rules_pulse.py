@@ -4,24 +4,38 @@ from datetime import timedelta
 
 import pytest
 
-from weave.rules.pulse import RETRY_CAP_SECONDS, REQUEUE, after_failure, after_lease_expired, retry_delay
+from weave.rules.pulse import REQUEUE, RETRY_CAP_SECONDS, after_failure, after_lease_expired, retry_delay
 
 
-@pytest.mark.parametrize("attempt, kwargs, seconds", [
-    (1, {}, 1),
-    (2, {}, 2),
-    (3, {}, 4),
-    (9, {}, 256),
-    (10, {}, 300),
-    (11, {}, 300),
-    (100, {}, 300),
-    (1024, {}, 300),
-    (0, {}, 1),
-    (3, {"base": 0.5, "cap": 10}, 2),
-    (6, {"base": 0.5, "cap": 10}, 10),
-], ids=["p4_first_retry_waits_base", "p4_doubles", "p4_doubles_again", "p4_last_below_cap", "p4_capped",
-        "p4_stays_capped", "p4_capped_at_the_largest_max_attempts", "p4_capped_at_1024_failures",
-        "p4_attempt_0_waits_base", "p4_base_is_a_parameter", "p4_cap_is_a_parameter"])
+@pytest.mark.parametrize(
+    "attempt, kwargs, seconds",
+    [
+        (1, {}, 1),
+        (2, {}, 2),
+        (3, {}, 4),
+        (9, {}, 256),
+        (10, {}, 300),
+        (11, {}, 300),
+        (100, {}, 300),
+        (1024, {}, 300),
+        (0, {}, 1),
+        (3, {"base": 0.5, "cap": 10}, 2),
+        (6, {"base": 0.5, "cap": 10}, 10),
+    ],
+    ids=[
+        "p4_first_retry_waits_base",
+        "p4_doubles",
+        "p4_doubles_again",
+        "p4_last_below_cap",
+        "p4_capped",
+        "p4_stays_capped",
+        "p4_capped_at_the_largest_max_attempts",
+        "p4_capped_at_1024_failures",
+        "p4_attempt_0_waits_base",
+        "p4_base_is_a_parameter",
+        "p4_cap_is_a_parameter",
+    ],
+)
 def test_p4_retry_delay(attempt, kwargs, seconds):
     assert retry_delay(attempt, **kwargs) == timedelta(seconds=seconds)
 
@@ -39,32 +53,51 @@ def test_k2_backoff_stays_at_the_cap_however_many_attempts_failed(attempt):
     assert retry_delay(attempt) == timedelta(seconds=RETRY_CAP_SECONDS)
 
 
-@pytest.mark.parametrize("retryable, attempt, max_attempts, cancel_requested, expected", [
-    (True, 1, 3, False, REQUEUE),
-    (True, 2, 3, False, REQUEUE),
-    (True, 3, 3, False, "FAILED"),
-    (True, 1, 1, False, "FAILED"),
-    (True, 4, 3, False, "FAILED"),
-    (False, 1, 3, False, "FAILED"),
-    (True, 1, 3, True, "FAILED"),
-    (False, 3, 3, True, "FAILED"),
-], ids=["p4_retryable_with_attempts_left_requeues", "p4_second_to_last_attempt_requeues",
-        "p4_attempt_equal_to_max_attempts_fails", "p4_single_attempt_fails", "p4_attempt_past_max_attempts_fails",
-        "p4_non_retryable_fails_with_attempts_left", "p5_cancel_requested_is_not_started_again",
-        "p4_nothing_left_at_all_fails"])
+@pytest.mark.parametrize(
+    "retryable, attempt, max_attempts, cancel_requested, expected",
+    [
+        (True, 1, 3, False, REQUEUE),
+        (True, 2, 3, False, REQUEUE),
+        (True, 3, 3, False, "FAILED"),
+        (True, 1, 1, False, "FAILED"),
+        (True, 4, 3, False, "FAILED"),
+        (False, 1, 3, False, "FAILED"),
+        (True, 1, 3, True, "FAILED"),
+        (False, 3, 3, True, "FAILED"),
+    ],
+    ids=[
+        "p4_retryable_with_attempts_left_requeues",
+        "p4_second_to_last_attempt_requeues",
+        "p4_attempt_equal_to_max_attempts_fails",
+        "p4_single_attempt_fails",
+        "p4_attempt_past_max_attempts_fails",
+        "p4_non_retryable_fails_with_attempts_left",
+        "p5_cancel_requested_is_not_started_again",
+        "p4_nothing_left_at_all_fails",
+    ],
+)
 def test_p4_after_failure(retryable, attempt, max_attempts, cancel_requested, expected):
     assert after_failure(retryable, attempt, max_attempts, cancel_requested) == expected
 
 
-@pytest.mark.parametrize("attempt, max_attempts, cancel_requested, expected", [
-    (1, 3, False, REQUEUE),
-    (2, 3, False, REQUEUE),
-    (3, 3, False, "UNKNOWN"),
-    (1, 1, False, "UNKNOWN"),
-    (4, 3, False, "UNKNOWN"),
-    (1, 3, True, "UNKNOWN"),
-], ids=["p4_lost_lease_with_attempts_left_requeues", "p4_second_to_last_lost_lease_requeues",
-        "p4_last_attempt_lost_lease_is_unknown", "p4_single_attempt_lost_lease_is_unknown",
-        "p4_attempt_past_max_attempts_is_unknown", "p5_cancel_requested_lost_lease_is_unknown_not_requeued"])
+@pytest.mark.parametrize(
+    "attempt, max_attempts, cancel_requested, expected",
+    [
+        (1, 3, False, REQUEUE),
+        (2, 3, False, REQUEUE),
+        (3, 3, False, "UNKNOWN"),
+        (1, 1, False, "UNKNOWN"),
+        (4, 3, False, "UNKNOWN"),
+        (1, 3, True, "UNKNOWN"),
+    ],
+    ids=[
+        "p4_lost_lease_with_attempts_left_requeues",
+        "p4_second_to_last_lost_lease_requeues",
+        "p4_last_attempt_lost_lease_is_unknown",
+        "p4_single_attempt_lost_lease_is_unknown",
+        "p4_attempt_past_max_attempts_is_unknown",
+        "p5_cancel_requested_lost_lease_is_unknown_not_requeued",
+    ],
+)
 def test_p4_after_lease_expired(attempt, max_attempts, cancel_requested, expected):
     assert after_lease_expired(attempt, max_attempts, cancel_requested) == expected

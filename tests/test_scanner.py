@@ -10,11 +10,11 @@ import time
 from datetime import timedelta
 
 import pytest
-
 from helpers import task_steps
-from weave.sql import engine, instances, tasks
+
 from weave.db import DatabaseClock
 from weave.scanner import Scanner
+from weave.sql import engine, instances, tasks
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +36,13 @@ def start_backlog(flow, database, count, document):
 
 def scanner_process(config, *extra):
     env = {**os.environ, "WEAVE_DATABASE_URL": config.database_url}
-    return subprocess.Popen([sys.executable, "-m", "weave.cli", "scan", "--idle-seconds", "0.05", *extra],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "weave.cli", "scan", "--idle-seconds", "0.05", *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def run_scanners_until(config, count, condition):
@@ -54,7 +59,7 @@ def run_scanners_until(config, count, condition):
 
 
 def batch_lines(stderr_text):
-    return [json.loads(line[line.index("{"):]) for line in stderr_text.splitlines() if '"scan_batch"' in line]
+    return [json.loads(line[line.index("{") :]) for line in stderr_text.splitlines() if '"scan_batch"' in line]
 
 
 def wait_until(predicate, timeout=60):
@@ -78,9 +83,11 @@ def test_k1_two_scanner_processes_process_every_candidate_exactly_once(flow, dat
     done = [n for _, n in results]
     assert sum(done) == 300, done
     assert all(n > 0 for n in done), done  # both processes took a share
-    per_instance = flow.rows("SELECT i.id, COUNT(DISTINCT a.id) AS activations, COUNT(DISTINCT t.id) AS tasks "
-                             "FROM instances i LEFT JOIN step_activations a ON a.instance_id = i.id "
-                             "LEFT JOIN tasks t ON t.instance_id = i.id GROUP BY i.id")
+    per_instance = flow.rows(
+        "SELECT i.id, COUNT(DISTINCT a.id) AS activations, COUNT(DISTINCT t.id) AS tasks "
+        "FROM instances i LEFT JOIN step_activations a ON a.instance_id = i.id "
+        "LEFT JOIN tasks t ON t.instance_id = i.id GROUP BY i.id"
+    )
     assert len(per_instance) == 300
     assert {(r["activations"], r["tasks"]) for r in per_instance} == {(1, 1)}
     assert flow.rows("SELECT COUNT(*) AS n FROM events WHERE type = 'STEP_ACTIVATED'")[0]["n"] == 300
@@ -88,19 +95,25 @@ def test_k1_two_scanner_processes_process_every_candidate_exactly_once(flow, dat
 
 def check_consistency(flow):
     """No partial transition: every fact has the facts that must come with it."""
-    for row in flow.rows("SELECT id, (SELECT COUNT(*) FROM events e WHERE e.instance_id = i.id) AS n,"
-                         " (SELECT MAX(seq) FROM events e WHERE e.instance_id = i.id) AS top FROM instances i"):
+    for row in flow.rows(
+        "SELECT id, (SELECT COUNT(*) FROM events e WHERE e.instance_id = i.id) AS n,"
+        " (SELECT MAX(seq) FROM events e WHERE e.instance_id = i.id) AS top FROM instances i"
+    ):
         assert row["n"] == row["top"]  # gap-free history
-    activations = flow.rows("SELECT a.id, a.step_key, a.status, (SELECT COUNT(*) FROM tasks t WHERE "
-                            "t.activation_id = a.id) AS tasks, (SELECT COUNT(*) FROM events e WHERE e.instance_id = "
-                            "a.instance_id AND e.type = 'STEP_ACTIVATED' AND e.data LIKE CONCAT('%%\"', a.step_key, "
-                            "'\"%%')) AS activated FROM step_activations a")
+    activations = flow.rows(
+        "SELECT a.id, a.step_key, a.status, (SELECT COUNT(*) FROM tasks t WHERE "
+        "t.activation_id = a.id) AS tasks, (SELECT COUNT(*) FROM events e WHERE e.instance_id = "
+        "a.instance_id AND e.type = 'STEP_ACTIVATED' AND e.data LIKE CONCAT('%%\"', a.step_key, "
+        "'\"%%')) AS activated FROM step_activations a"
+    )
     assert all(a["tasks"] == 1 and a["activated"] == 1 for a in activations), activations[:3]
     # A consumed inbox event always comes with its settled step and the successor's activation.
-    for row in flow.rows("SELECT i.status, a.status AS step, (SELECT COUNT(*) FROM step_activations n WHERE "
-                         "n.instance_id = a.instance_id AND n.step_index = a.step_index + 1) AS successors "
-                         "FROM inbox_events i JOIN tasks t ON t.id = i.task_id "
-                         "JOIN step_activations a ON a.id = t.activation_id"):
+    for row in flow.rows(
+        "SELECT i.status, a.status AS step, (SELECT COUNT(*) FROM step_activations n WHERE "
+        "n.instance_id = a.instance_id AND n.step_index = a.step_index + 1) AS successors "
+        "FROM inbox_events i JOIN tasks t ON t.id = i.task_id "
+        "JOIN step_activations a ON a.id = t.activation_id"
+    ):
         if row["status"] == "CONSUMED":
             assert (row["step"], row["successors"]) == ("SUCCEEDED", 1)
         else:
@@ -119,7 +132,8 @@ def run_with_kills(flow, config, kills, done):
 
 
 def test_k2_scanner_killed_with_sigkill_mid_batch_loses_nothing_and_leaves_no_partial_transition(
-        flow, database, clock, config):
+    flow, database, clock, config
+):
     use_real_time(database, clock)
     ns = start_backlog(flow, database, 200, task_steps("first", "second"))
     run_with_kills(flow, config, 4, lambda: due_checkpoints(flow) == 0)
@@ -130,8 +144,16 @@ def test_k2_scanner_killed_with_sigkill_mid_batch_loses_nothing_and_leaves_no_pa
     use_real_time(database, clock)  # the tasks became available at the scanner processes' database time
     for _ in range(200):
         claimed = tasks.claim_task(database, ns, "inventory", "w", 600, 1, "w")
-        tasks.complete_task(database, ns, claimed.task_id, claimed.lease_token,
-                            tasks.Completion("SUCCEEDED", '{"ok":true}'), frozenset({"inventory"}), 1, "w")
+        tasks.complete_task(
+            database,
+            ns,
+            claimed.task_id,
+            claimed.lease_token,
+            tasks.Completion("SUCCEEDED", '{"ok":true}'),
+            frozenset({"inventory"}),
+            1,
+            "w",
+        )
     pending = lambda: flow.rows("SELECT COUNT(*) AS n FROM inbox_events WHERE status = 'PENDING'")[0]["n"]
     assert pending() == 200
     run_with_kills(flow, config, 4, lambda: pending() == 0)
@@ -154,8 +176,9 @@ def test_k2_an_sql_error_on_one_candidate_backs_it_off_and_the_batch_goes_on(flo
     monkeypatch.setattr(engine, "activate", activate)
     report = Scanner(database).run_once()
     assert (report.candidates, report.done, report.failed) == (5, 4, 1)
-    (checkpoint,) = flow.rows("SELECT instance_id, due_at, available_at, attempts, last_error FROM checkpoints "
-                              "WHERE available_at > due_at")
+    (checkpoint,) = flow.rows(
+        "SELECT instance_id, due_at, available_at, attempts, last_error FROM checkpoints WHERE available_at > due_at"
+    )
     assert checkpoint["instance_id"] == poisoned
     assert checkpoint["attempts"] == 1 and "1054" in checkpoint["last_error"]
     assert checkpoint["due_at"] == clock.now()  # the fact is kept; only the next try moved
@@ -186,8 +209,13 @@ def test_k1_batch_is_cut_to_the_batch_size_oldest_first(flow, database, clock):
 def test_k3_scan_once_prints_one_structured_line(flow, database, clock, config):
     use_real_time(database, clock)
     start_backlog(flow, database, 3, task_steps("work"))
-    done = subprocess.run([sys.executable, "-m", "weave.cli", "scan", "--once"], capture_output=True, text=True,
-                          env={**os.environ, "WEAVE_DATABASE_URL": config.database_url}, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "weave.cli", "scan", "--once"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "WEAVE_DATABASE_URL": config.database_url},
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     line = json.loads(done.stdout.strip().splitlines()[-1])
     assert line["event"] == "scan_batch" and line["done"] == 3 and line["by_source"] == {"checkpoint": 3}
@@ -206,8 +234,16 @@ def waiting_backlog(flow, database, clock, count):
         instances.start_workflow(database, ns, app, 1, "t", request)
     flow.scan(rounds=200)
     while (claimed := tasks.claim_task(database, ns, "inventory", "w", 600, 1, "w")) is not None:
-        tasks.complete_task(database, ns, claimed.task_id, claimed.lease_token,
-                            tasks.Completion("SUCCEEDED", "{}"), frozenset({"inventory"}), 1, "w")
+        tasks.complete_task(
+            database,
+            ns,
+            claimed.task_id,
+            claimed.lease_token,
+            tasks.Completion("SUCCEEDED", "{}"),
+            frozenset({"inventory"}),
+            1,
+            "w",
+        )
     flow.scan(rounds=200)
     assert flow.rows("SELECT COUNT(*) AS n FROM waits WHERE status = 'WAITING'")[0]["n"] == count
 
@@ -222,12 +258,17 @@ def test_s2_5_one_winner_when_twenty_matching_signals_race_two_scanner_processes
     results = run_scanners_until(config, 2, lambda: due_checkpoints(flow) == 0)
     assert all(done > 0 for _, done in results)
     for i in range(16):
-        rows = flow.rows("SELECT s.id, s.status, s.disposition FROM signals s JOIN instances i ON i.id = s.instance_id "
-                         "WHERE i.workflow_id = %s ORDER BY s.accepted_at, s.id", (f"w{i}",))
+        rows = flow.rows(
+            "SELECT s.id, s.status, s.disposition FROM signals s JOIN instances i ON i.id = s.instance_id "
+            "WHERE i.workflow_id = %s ORDER BY s.accepted_at, s.id",
+            (f"w{i}",),
+        )
         assert [r["status"] for r in rows] == ["CONSUMED"] + ["REJECTED"] * 19
         assert {r["disposition"] for r in rows[1:]} == {"WAIT_SETTLED"}
-        winner = flow.rows("SELECT w.winner_signal_id FROM waits w JOIN instances i ON i.id = w.instance_id "
-                           "WHERE i.workflow_id = %s", (f"w{i}",))
+        winner = flow.rows(
+            "SELECT w.winner_signal_id FROM waits w JOIN instances i ON i.id = w.instance_id WHERE i.workflow_id = %s",
+            (f"w{i}",),
+        )
         assert winner == [{"winner_signal_id": rows[0]["id"]}]
 
 
@@ -243,10 +284,20 @@ def check_consumption_is_whole(flow):
     for row in rows:
         if row["signal_status"] == "CONSUMED":
             assert (row["wait_status"], row["is_winner"], row["step"], row["successor_tasks"], row["ev"]) == (
-                "SATISFIED", 1, "SUCCEEDED", 1, 1), row
+                "SATISFIED",
+                1,
+                "SUCCEEDED",
+                1,
+                1,
+            ), row
         else:
             assert (row["signal_status"], row["wait_status"], row["step"], row["successor_tasks"], row["ev"]) == (
-                "PENDING", "WAITING", "ACTIVE", 0, 0), row
+                "PENDING",
+                "WAITING",
+                "ACTIVE",
+                0,
+                0,
+            ), row
     return sum(1 for r in rows if r["signal_status"] == "CONSUMED")
 
 
@@ -269,7 +320,9 @@ def test_s2_8_sigkill_at_random_points_of_consumption_never_leaves_a_partial_one
         consumed.append(check_consumption_is_whole(flow))
     assert consumed[-1] < total, "the backlog ran out before the last kill"
     assert consumed == sorted(consumed) and len(set(consumed)) == len(consumed)
-    run_scanners_until(config, 1, lambda: flow.rows("SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING'")[0]["n"] == 0)
+    run_scanners_until(
+        config, 1, lambda: flow.rows("SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING'")[0]["n"] == 0
+    )
     assert check_consumption_is_whole(flow) == total
 
 

@@ -36,13 +36,17 @@ def test_jsonschema_runs_its_regular_expressions_on_re2():
     assert jsonschema._keywords.re is linear.LinearRe and jsonschema._utils.re is linear.LinearRe
 
 
-@pytest.mark.parametrize("schema, value, refused", [
-    ({"type": "string", "pattern": EVIL}, EVIL_TEXT, True),
-    ({"type": "object", "patternProperties": {EVIL: {"type": "string"}}}, {EVIL_TEXT: 1}, False),
-    ({"type": "object", "patternProperties": {EVIL: {}}, "additionalProperties": False}, {EVIL_TEXT: 1}, True),
-    ({"type": "object", "patternProperties": {EVIL: {}}, "unevaluatedProperties": False}, {EVIL_TEXT: 1}, True),
-    ({"type": "object", "propertyNames": {"pattern": EVIL}}, {EVIL_TEXT: 1}, True),
-], ids=["pattern", "patternProperties", "additionalProperties", "unevaluatedProperties", "propertyNames"])
+@pytest.mark.parametrize(
+    "schema, value, refused",
+    [
+        ({"type": "string", "pattern": EVIL}, EVIL_TEXT, True),
+        ({"type": "object", "patternProperties": {EVIL: {"type": "string"}}}, {EVIL_TEXT: 1}, False),
+        ({"type": "object", "patternProperties": {EVIL: {}}, "additionalProperties": False}, {EVIL_TEXT: 1}, True),
+        ({"type": "object", "patternProperties": {EVIL: {}}, "unevaluatedProperties": False}, {EVIL_TEXT: 1}, True),
+        ({"type": "object", "propertyNames": {"pattern": EVIL}}, {EVIL_TEXT: 1}, True),
+    ],
+    ids=["pattern", "patternProperties", "additionalProperties", "unevaluatedProperties", "propertyNames"],
+)
 def test_a_catastrophic_pattern_costs_linear_time(schema, value, refused):
     assert (quickly(lambda: errors(schema, value)) != []) is refused  # and the verdict is still right
 
@@ -54,19 +58,22 @@ def test_patterns_still_match_what_they_should():
     assert errors({"patternProperties": {"^x": {}}, "additionalProperties": False}, {"ya": 1}) != []
 
 
-@pytest.mark.parametrize("items, unique", [
-    ([1, Decimal("1.0")], False),  # JSON Schema equality: 1 equals 1.0
-    ([Decimal("1.00"), 1], False),
-    ([True, 1], True),  # but true is not 1
-    ([False, 0], True),
-    ([None, False], True),
-    ([{"a": 1, "b": 2}, {"b": 2, "a": 1}], False),  # member order does not count
-    ([{"a": [1, 2]}, {"a": [2, 1]}], True),  # item order does
-    ([[1], [Decimal("1.0")]], False),
-    (["1", 1], True),
-    ([{"a": {"b": True}}, {"a": {"b": 1}}], True),
-    ([], True),
-])
+@pytest.mark.parametrize(
+    "items, unique",
+    [
+        ([1, Decimal("1.0")], False),  # JSON Schema equality: 1 equals 1.0
+        ([Decimal("1.00"), 1], False),
+        ([True, 1], True),  # but true is not 1
+        ([False, 0], True),
+        ([None, False], True),
+        ([{"a": 1, "b": 2}, {"b": 2, "a": 1}], False),  # member order does not count
+        ([{"a": [1, 2]}, {"a": [2, 1]}], True),  # item order does
+        ([[1], [Decimal("1.0")]], False),
+        (["1", 1], True),
+        ([{"a": {"b": True}}, {"a": {"b": 1}}], True),
+        ([], True),
+    ],
+)
 def test_unique_items_uses_json_schema_equality(items, unique):
     assert (errors({"uniqueItems": True}, items) == []) is unique
 
@@ -75,28 +82,35 @@ def test_unique_items_is_linear_for_thousands_of_objects():
     many = [{"id": i, "tags": ["x", str(i)]} for i in range(20_000)]
     assert quickly(lambda: errors({"uniqueItems": True}, many)) == []
     assert quickly(lambda: errors({"uniqueItems": True}, many + [{"tags": ["x", "7"], "id": 7}]))[0]["message"] == (
-        "item 20000 repeats an earlier item; the items must be unique")
+        "item 20000 repeats an earlier item; the items must be unique"
+    )
 
 
-@pytest.mark.parametrize("payload_schema, pointer", [
-    ({"type": "string", "pattern": "(a)\\1"}, "/pattern"),
-    ({"properties": {"code": {"pattern": "^(?=x)"}}}, "/properties/code/pattern"),
-    ({"patternProperties": {"(?<=a)b": {}}}, "/patternProperties/(?<=a)b"),
-    ({"items": {"anyOf": [{}, {"pattern": "a(?=b)"}]}}, "/items/anyOf/1/pattern"),
-    ({"$defs": {"a/b": {"pattern": "(?!x)"}}}, "/$defs/a~1b/pattern"),
-])
+def signal_step_document(payload_schema) -> dict:
+    signal = {"name": "n", "payload_version": "v1", "payload_schema": payload_schema}
+    step = {"key": "s", "type": "SIGNAL", "timeout_seconds": 60, "correlation": "/input/k", "signal": signal}
+    return {"name": "d", "steps": [step]}
+
+
+@pytest.mark.parametrize(
+    "payload_schema, pointer",
+    [
+        ({"type": "string", "pattern": "(a)\\1"}, "/pattern"),
+        ({"properties": {"code": {"pattern": "^(?=x)"}}}, "/properties/code/pattern"),
+        ({"patternProperties": {"(?<=a)b": {}}}, "/patternProperties/(?<=a)b"),
+        ({"items": {"anyOf": [{}, {"pattern": "a(?=b)"}]}}, "/items/anyOf/1/pattern"),
+        ({"$defs": {"a/b": {"pattern": "(?!x)"}}}, "/$defs/a~1b/pattern"),
+    ],
+)
 def test_d1_patterns_re2_cannot_run_are_refused_at_publish_with_their_pointer(payload_schema, pointer):
-    document = {"name": "d", "steps": [{"key": "s", "type": "SIGNAL", "timeout_seconds": 60, "correlation": "/input/k",
-                                        "signal": {"name": "n", "payload_version": "v1",
-                                                   "payload_schema": payload_schema}}]}
+    document = signal_step_document(payload_schema)
     found = definition_rules.problems(document)
     assert [p.pointer for p in found] == ["/steps/0/signal/payload_schema" + pointer]
     assert "linear time" in found[0].message
 
 
 def test_d1_patterns_re2_can_run_are_published():
-    document = {"name": "d", "steps": [{"key": "s", "type": "SIGNAL", "timeout_seconds": 60, "correlation": "/input/k",
-                                        "signal": {"name": "n", "payload_version": "v1", "payload_schema": {
-                                            "properties": {"id": {"pattern": EVIL}},
-                                            "patternProperties": {"^[a-z]+\\d*$": {}}}}}]}
+    document = signal_step_document(
+        {"properties": {"id": {"pattern": EVIL}}, "patternProperties": {"^[a-z]+\\d*$": {}}}
+    )
     assert definition_rules.problems(document) == []

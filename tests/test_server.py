@@ -61,8 +61,11 @@ def ready(port: int) -> int:
 def serve_two(migrated_url):
     port = free_port()
     env = {**os.environ, "WEAVE_DATABASE_URL": migrated_url.yoyo_url()}
-    parent = subprocess.Popen([sys.executable, "-m", "weave.cli", "serve", "--port", str(port), "--processes", "2",
-                               "--threads", "4"], env=env, stderr=subprocess.DEVNULL)
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "weave.cli", "serve", "--port", str(port), "--processes", "2", "--threads", "4"],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: ready(port) == 200 and len(workers_of(parent.pid)) == 2)
         yield parent, port

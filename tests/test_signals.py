@@ -5,10 +5,10 @@ import threading
 from datetime import timedelta
 
 import pytest
-
 from helpers import ABSENT, payment, signal_flow_definition
-from weave.sql import tenancy
+
 from weave import auth
+from weave.sql import tenancy
 
 
 @pytest.fixture
@@ -33,6 +33,7 @@ def count(flow, table, where="1=1"):
 
 
 # ---- S1.1 / S1.2 / S1.8: who may send and read ---------------------------------------------------
+
 
 def test_s1_1_send_needs_the_signal_scope_and_read_needs_the_read_scope(wf, tenant):
     reader = tenant.headers("workflows:read", queues=("inventory", "carrier"))
@@ -67,8 +68,9 @@ def test_s1_1_revoked_or_expired_credentials_and_other_namespaces(wf, tenant, ot
     tenancy.revoke_credential(database, "acme", principal.credential_id)
     assert wf.send("order-1", "k1", payment(), headers={"Authorization": f"Bearer {token}"}).status_code == 401
     outsider = other_tenant.headers("workflows:signal", "workflows:read", queues=("inventory",))
-    result = wf.client.simulate_post("/v1/namespaces/acme/workflows/order-1/signals", json=payment(),
-                                     headers={**outsider, "Idempotency-Key": "k1"})
+    result = wf.client.simulate_post(
+        "/v1/namespaces/acme/workflows/order-1/signals", json=payment(), headers={**outsider, "Idempotency-Key": "k1"}
+    )
     assert (result.status_code, result.json["code"]) == (404, "WORKFLOW_NOT_FOUND")
     assert count(wf, "signals") == 0
 
@@ -91,12 +93,21 @@ def test_s1_8_publishing_rights_give_no_signal_rights(wf, tenant):
 
 # ---- S1.3 / S1.4: order of checks, one transaction ------------------------------------------------
 
+
 def test_s1_4_first_acceptance_writes_signal_checkpoint_event_audit_and_receipt_together(waiting, clock):
     sent = waiting.send("order-1", "k1", payment())
     assert sent.status_code == 201
     receipt = sent.json
-    assert set(receipt) == {"signal_id", "workflow_id", "status", "disposition", "accepted_at", "expires_at",
-                            "idempotency_key", "request_digest"}
+    assert set(receipt) == {
+        "signal_id",
+        "workflow_id",
+        "status",
+        "disposition",
+        "accepted_at",
+        "expires_at",
+        "idempotency_key",
+        "request_digest",
+    }
     assert (receipt["status"], receipt["disposition"], receipt["idempotency_key"]) == ("PENDING", None, "k1")
     assert receipt["accepted_at"] == "2026-11-30T07:00:00.000000Z"
     assert receipt["expires_at"] == waiting.workflow("order-1")["deadline_at"]
@@ -145,6 +156,7 @@ def test_s1_3_quota_is_checked_before_the_idempotency_lookup(wf, database, tenan
 
 # ---- S1.5: idempotency -------------------------------------------------------------------------------
 
+
 def test_s1_5_replay_returns_the_first_receipt_byte_for_byte(wf, clock):
     first = wf.send("order-1", "k1", payment())
     clock.advance(5)
@@ -158,8 +170,17 @@ def test_s1_5_replay_returns_the_first_receipt_byte_for_byte(wf, clock):
     assert count(wf, "signals") == 1
 
 
-@pytest.mark.parametrize("change", [{"payload": {"amount": 12.51}}, {"reason": "other"}, {"correlation_key": "o-1 "},
-                                    {"payload": ABSENT}, {"payload": None}, {"evidence_ref": "psp:evt_1"}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"payload": {"amount": 12.51}},
+        {"reason": "other"},
+        {"correlation_key": "o-1 "},
+        {"payload": ABSENT},
+        {"payload": None},
+        {"evidence_ref": "psp:evt_1"},
+    ],
+)
 def test_s1_5_same_key_other_content_is_409(wf, change):
     wf.send("order-1", "k1", payment())
     result = wf.send("order-1", "k1", payment(**change))
@@ -218,14 +239,18 @@ def test_s1_5_thirty_two_concurrent_duplicates_make_exactly_one_signal(wf):
 
 # ---- S1.6: the per-instance limit ---------------------------------------------------------------------
 
+
 def test_s1_6_the_1024th_signal_is_accepted_the_1025th_refused_replays_still_answer(wf, database, clock):
     first = wf.send("order-1", "k-first", payment())
     instance_id = wf.rows("SELECT id FROM instances")[0]["id"]
     # 1022 more stored signals, written directly: the limit counts rows, rejected and settled included.
-    database.run(lambda tx: tx.executemany(
-        "INSERT INTO signals (instance_id, name, correlation, payload, status, disposition, accepted_at, created_at,"
-        " idempotency_key) VALUES (%s, 'payment.settled', 'o-1', '{}', 'REJECTED', 'STEP_SETTLED', %s, %s, %s)",
-        [(instance_id, clock.now(), clock.now(), f"bulk-{i}") for i in range(1022)]))
+    database.run(
+        lambda tx: tx.executemany(
+            "INSERT INTO signals (instance_id, name, correlation, payload, status, disposition, accepted_at, created_at,"
+            " idempotency_key) VALUES (%s, 'payment.settled', 'o-1', '{}', 'REJECTED', 'STEP_SETTLED', %s, %s, %s)",
+            [(instance_id, clock.now(), clock.now(), f"bulk-{i}") for i in range(1022)],
+        )
+    )
     assert count(wf, "signals") == 1023
     last = wf.send("order-1", "k-1024", payment())
     assert last.status_code == 201
@@ -238,17 +263,37 @@ def test_s1_6_the_1024th_signal_is_accepted_the_1025th_refused_replays_still_ans
 
 # ---- S1.7: frozen receipt, current state ------------------------------------------------------------------
 
+
 def test_s1_7_receipt_is_frozen_while_get_shows_the_current_state(waiting):
     sent = waiting.send("order-1", "k1", payment(evidence_ref="psp:evt_42"))
     waiting.scan()
     state = waiting.signal("order-1", sent.json["signal_id"]).json
     assert (state["status"], state["disposition"]) == ("CONSUMED", None)
     assert state["consumed_at"] == "2026-11-30T07:00:00.000000Z"
-    assert {k: state[k] for k in ("name", "payload_version", "target_step_key", "target_activation_sequence",
-                                  "correlation_key", "payload", "reason", "evidence_ref", "actor")} == {
-        "name": "payment.settled", "payload_version": "v1", "target_step_key": "payment",
-        "target_activation_sequence": 1, "correlation_key": "o-1", "payload": {"amount": 12.5},
-        "reason": "PSP webhook settled the payment", "evidence_ref": "psp:evt_42", "actor": "payments-bot"}
+    assert {
+        k: state[k]
+        for k in (
+            "name",
+            "payload_version",
+            "target_step_key",
+            "target_activation_sequence",
+            "correlation_key",
+            "payload",
+            "reason",
+            "evidence_ref",
+            "actor",
+        )
+    } == {
+        "name": "payment.settled",
+        "payload_version": "v1",
+        "target_step_key": "payment",
+        "target_activation_sequence": 1,
+        "correlation_key": "o-1",
+        "payload": {"amount": 12.5},
+        "reason": "PSP webhook settled the payment",
+        "evidence_ref": "psp:evt_42",
+        "actor": "payments-bot",
+    }
     replay = waiting.send("order-1", "k1", payment(evidence_ref="psp:evt_42"))
     assert replay.json["status"] == "PENDING"  # frozen at acceptance
     assert replay.content == sent.content
@@ -278,31 +323,35 @@ def test_s1_7_unknown_signal_is_404(wf):
 
 # ---- S1.9: contract and input rules ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("change, code, pointer", [
-    ({"name": "payment.refunded"}, "CONTRACT_MISMATCH", "/name"),
-    ({"payload_version": "v2"}, "CONTRACT_MISMATCH", "/payload_version"),
-    ({"target_step_key": "reserve"}, "CONTRACT_MISMATCH", "/target_step_key"),
-    ({"target_step_key": "nope"}, "CONTRACT_MISMATCH", "/target_step_key"),
-    ({"payload": {"amount": "12.50"}}, "CONTRACT_MISMATCH", "/payload/amount"),
-    ({"payload": {}}, "CONTRACT_MISMATCH", "/payload"),
-    ({"payload": ABSENT}, "CONTRACT_MISMATCH", "/payload"),
-    ({"target_activation_sequence": 0}, "VALIDATION_FAILED", "/target_activation_sequence"),
-    ({"target_activation_sequence": "1"}, "VALIDATION_FAILED", "/target_activation_sequence"),
-    ({"correlation_key": ""}, "VALIDATION_FAILED", "/correlation_key"),
-    ({"correlation_key": "é" * 257}, "VALIDATION_FAILED", "/correlation_key"),
-    ({"reason": ""}, "VALIDATION_FAILED", "/reason"),
-    ({"reason": "r" * 1025}, "VALIDATION_FAILED", "/reason"),
-    ({"reason": ABSENT}, "VALIDATION_FAILED", ""),
-    ({"evidence_ref": "has space"}, "VALIDATION_FAILED", "/evidence_ref"),
-    ({"evidence_ref": "line\nbreak"}, "VALIDATION_FAILED", "/evidence_ref"),
-    ({"evidence_ref": "em\u2003space"}, "VALIDATION_FAILED", "/evidence_ref"),
-    ({"evidence_ref": "no\u00a0break"}, "VALIDATION_FAILED", "/evidence_ref"),
-    ({"evidence_ref": "next\u0085line"}, "VALIDATION_FAILED", "/evidence_ref"),
-    ({"evidence_ref": "e" * 513}, "VALIDATION_FAILED", "/evidence_ref"),
-    ({"name": "n" * 129}, "VALIDATION_FAILED", "/name"),
-    ({"name": "payé"}, "VALIDATION_FAILED", "/name"),
-    ({"payload_version": "v" * 33}, "VALIDATION_FAILED", "/payload_version"),
-])
+
+@pytest.mark.parametrize(
+    "change, code, pointer",
+    [
+        ({"name": "payment.refunded"}, "CONTRACT_MISMATCH", "/name"),
+        ({"payload_version": "v2"}, "CONTRACT_MISMATCH", "/payload_version"),
+        ({"target_step_key": "reserve"}, "CONTRACT_MISMATCH", "/target_step_key"),
+        ({"target_step_key": "nope"}, "CONTRACT_MISMATCH", "/target_step_key"),
+        ({"payload": {"amount": "12.50"}}, "CONTRACT_MISMATCH", "/payload/amount"),
+        ({"payload": {}}, "CONTRACT_MISMATCH", "/payload"),
+        ({"payload": ABSENT}, "CONTRACT_MISMATCH", "/payload"),
+        ({"target_activation_sequence": 0}, "VALIDATION_FAILED", "/target_activation_sequence"),
+        ({"target_activation_sequence": "1"}, "VALIDATION_FAILED", "/target_activation_sequence"),
+        ({"correlation_key": ""}, "VALIDATION_FAILED", "/correlation_key"),
+        ({"correlation_key": "é" * 257}, "VALIDATION_FAILED", "/correlation_key"),
+        ({"reason": ""}, "VALIDATION_FAILED", "/reason"),
+        ({"reason": "r" * 1025}, "VALIDATION_FAILED", "/reason"),
+        ({"reason": ABSENT}, "VALIDATION_FAILED", ""),
+        ({"evidence_ref": "has space"}, "VALIDATION_FAILED", "/evidence_ref"),
+        ({"evidence_ref": "line\nbreak"}, "VALIDATION_FAILED", "/evidence_ref"),
+        ({"evidence_ref": "em\u2003space"}, "VALIDATION_FAILED", "/evidence_ref"),
+        ({"evidence_ref": "no\u00a0break"}, "VALIDATION_FAILED", "/evidence_ref"),
+        ({"evidence_ref": "next\u0085line"}, "VALIDATION_FAILED", "/evidence_ref"),
+        ({"evidence_ref": "e" * 513}, "VALIDATION_FAILED", "/evidence_ref"),
+        ({"name": "n" * 129}, "VALIDATION_FAILED", "/name"),
+        ({"name": "payé"}, "VALIDATION_FAILED", "/name"),
+        ({"payload_version": "v" * 33}, "VALIDATION_FAILED", "/payload_version"),
+    ],
+)
 def test_s1_9_contract_and_input_violations_are_refused_and_store_nothing(wf, change, code, pointer):
     result = wf.send("order-1", "k1", payment(**change))
     assert (result.status_code, result.json["code"]) == (422, code), result.text
@@ -325,14 +374,35 @@ def test_s1_9_payload_of_256_kib_is_accepted_and_one_byte_more_is_413(wf):
 
 
 def test_s1_9_poll_final_signal_cannot_be_pending_and_must_be_a_final_envelope(flow):
-    flow.publish({"name": "flow", "steps": [
-        {"key": "track", "type": "POLL", "queue": "carrier", "interval_seconds": 60, "timeout_seconds": 600,
-         "correlation": "/input/order_id",
-         "final_signal": {"name": "shipment.final", "payload_version": "v1",
-                          "payload_schema": {"type": "object", "required": ["delivered"]}}}]})
+    flow.publish(
+        {
+            "name": "flow",
+            "steps": [
+                {
+                    "key": "track",
+                    "type": "POLL",
+                    "queue": "carrier",
+                    "interval_seconds": 60,
+                    "timeout_seconds": 600,
+                    "correlation": "/input/order_id",
+                    "final_signal": {
+                        "name": "shipment.final",
+                        "payload_version": "v1",
+                        "payload_schema": {"type": "object", "required": ["delivered"]},
+                    },
+                }
+            ],
+        }
+    )
     flow.start("ship-1", input={"order_id": "o-1"})
-    base = {"name": "shipment.final", "payload_version": "v1", "target_step_key": "track",
-            "target_activation_sequence": 1, "correlation_key": "o-1", "reason": "carrier webhook"}
+    base = {
+        "name": "shipment.final",
+        "payload_version": "v1",
+        "target_step_key": "track",
+        "target_activation_sequence": 1,
+        "correlation_key": "o-1",
+        "reason": "carrier webhook",
+    }
     pending = flow.send("ship-1", "k1", {**base, "payload": {"state": "PENDING"}})
     assert (pending.status_code, pending.json["code"]) == (422, "CONTRACT_MISMATCH")
     assert pending.json["errors"][0]["pointer"] == "/payload/state"
@@ -346,13 +416,16 @@ def test_s1_9_poll_final_signal_cannot_be_pending_and_must_be_a_final_envelope(f
 
 def test_s1_9_over_long_bodies_are_cut_off_before_parsing(wf):
     body = b'{"name": "' + b"x" * (1024 * 1024) + b'"}'
-    result = wf.client.simulate_post(f"{wf.ns}/workflows/order-1/signals", body=body,
-                                     headers={**wf.signaller, "Idempotency-Key": "k1",
-                                              "Content-Type": "application/json"})
+    result = wf.client.simulate_post(
+        f"{wf.ns}/workflows/order-1/signals",
+        body=body,
+        headers={**wf.signaller, "Idempotency-Key": "k1", "Content-Type": "application/json"},
+    )
     assert (result.status_code, result.json["code"]) == (413, "PAYLOAD_TOO_LARGE")
 
 
 # ---- S1.10: the target checked at acceptance ------------------------------------------------------------
+
 
 def test_s1_10_early_signal_for_a_step_not_active_yet_stays_pending(wf):
     sent = wf.send("order-1", "k1", payment(correlation_key="anything"))
@@ -362,7 +435,11 @@ def test_s1_10_early_signal_for_a_step_not_active_yet_stays_pending(wf):
 
 def test_s1_10_correlation_mismatch_against_an_active_wait_is_stored_rejected(waiting):
     sent = waiting.send("order-1", "k1", payment(correlation_key="o-1 "))  # trailing space: other bytes
-    assert (sent.status_code, sent.json["status"], sent.json["disposition"]) == (201, "REJECTED", "CORRELATION_MISMATCH")
+    assert (sent.status_code, sent.json["status"], sent.json["disposition"]) == (
+        201,
+        "REJECTED",
+        "CORRELATION_MISMATCH",
+    )
     assert count(waiting, "signals", "status = 'REJECTED'") == 1
 
 
@@ -391,10 +468,13 @@ def test_s1_10_older_sequence_is_stale_and_a_future_sequence_is_refused(waiting,
     assert (future.status_code, future.json["code"]) == (409, "ACTIVATION_NOT_FOUND")
     assert count(waiting, "signals") == 0
     # A recovery made activation 2 of the step (written directly here: review is its own feature).
-    database.run(lambda tx: tx.execute(
-        "INSERT INTO step_activations (instance_id, step_key, step_index, activation_sequence, status, activated_at)"
-        " SELECT instance_id, step_key, step_index, 2, 'ACTIVE', activated_at FROM step_activations"
-        " WHERE step_key = 'payment'"))
+    database.run(
+        lambda tx: tx.execute(
+            "INSERT INTO step_activations (instance_id, step_key, step_index, activation_sequence, status, activated_at)"
+            " SELECT instance_id, step_key, step_index, 2, 'ACTIVE', activated_at FROM step_activations"
+            " WHERE step_key = 'payment'"
+        )
+    )
     stale = waiting.send("order-1", "k2", payment(sequence=1))
     assert (stale.json["status"], stale.json["disposition"]) == ("REJECTED", "STALE_ACTIVATION")
     assert waiting.send("order-1", "k3", payment(sequence=3)).status_code == 409
@@ -402,18 +482,24 @@ def test_s1_10_older_sequence_is_stale_and_a_future_sequence_is_refused(waiting,
 
 # ---- S1.11: exactness ---------------------------------------------------------------------------------------
 
+
 def test_s1_11_payload_is_stored_exactly_in_original_member_order(wf):
-    body = ('{"name":"payment.settled","payload_version":"v1","target_step_key":"payment",'
-            '"target_activation_sequence":1,"correlation_key":"o-1","reason":"r",'
-            '"payload":{"z":"last first","amount":12345678901234567890.12345678901234567890,"fee":0.10}}')
-    result = wf.client.simulate_post(f"{wf.ns}/workflows/order-1/signals", body=body.encode(),
-                                     headers={**wf.signaller, "Idempotency-Key": "k1",
-                                              "Content-Type": "application/json"})
+    body = (
+        '{"name":"payment.settled","payload_version":"v1","target_step_key":"payment",'
+        '"target_activation_sequence":1,"correlation_key":"o-1","reason":"r",'
+        '"payload":{"z":"last first","amount":12345678901234567890.12345678901234567890,"fee":0.10}}'
+    )
+    result = wf.client.simulate_post(
+        f"{wf.ns}/workflows/order-1/signals",
+        body=body.encode(),
+        headers={**wf.signaller, "Idempotency-Key": "k1", "Content-Type": "application/json"},
+    )
     assert result.status_code == 201
     stored = '{"z":"last first","amount":12345678901234567890.12345678901234567890,"fee":0.10}'
     (row,) = wf.rows("SELECT payload, payload_sha256, payload_present FROM signals")
     assert row["payload"] == stored and row["payload_present"] == 1
     import hashlib
+
     assert row["payload_sha256"] == hashlib.sha256(stored.encode()).hexdigest()
     got = wf.signal("order-1", result.json["signal_id"])
     assert f'"payload":{stored}' in got.text
@@ -421,9 +507,11 @@ def test_s1_11_payload_is_stored_exactly_in_original_member_order(wf):
 
 def test_s1_11_duplicate_keys_and_nan_are_refused(wf):
     for body in (b'{"name":"a","name":"b"}', b'{"payload": NaN}'):
-        result = wf.client.simulate_post(f"{wf.ns}/workflows/order-1/signals", body=body,
-                                         headers={**wf.signaller, "Idempotency-Key": "k1",
-                                                  "Content-Type": "application/json"})
+        result = wf.client.simulate_post(
+            f"{wf.ns}/workflows/order-1/signals",
+            body=body,
+            headers={**wf.signaller, "Idempotency-Key": "k1", "Content-Type": "application/json"},
+        )
         assert (result.status_code, result.json["code"]) == (400, "INVALID_JSON")
     assert count(wf, "signals") == 0
 

@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 from helpers import task_steps
+
 from weave.sql import tenancy
 
 
@@ -19,20 +20,29 @@ def test_p7_d3_three_step_task_workflow_runs_to_succeeded(flow):
         assert (task["step_key"], task["kind"], task["attempt"], task["max_attempts"]) == (key, "TASK", 1, 3)
         assert task["workflow_id"] == "order-1" and task["activation_sequence"] == 1
         assert task["input"]["input"] == {"order_id": "o-1"}
-        done_before = {k: {"result": results[k]} for k in ("reserve", "charge", "ship")[: ("reserve", "charge", "ship").index(key)]}
+        done_before = {
+            k: {"result": results[k]} for k in ("reserve", "charge", "ship")[: ("reserve", "charge", "ship").index(key)]
+        }
         assert task["input"]["steps"] == done_before
         assert flow.complete(task, result=results[key]).json["status"] == "SUCCEEDED"
         flow.scan()
     workflow = flow.workflow("order-1")
     assert (workflow["status"], workflow["gate"]) == ("SUCCEEDED", "CLOSED")
     assert [(s["key"], s["status"], s["result"]) for s in workflow["steps"]] == [
-        ("reserve", "SUCCEEDED", {"reservation_id": "r-9"}), ("charge", "SUCCEEDED", {"amount": 12.50}),
-        ("ship", "SUCCEEDED", {"tracking": "T1"})]
+        ("reserve", "SUCCEEDED", {"reservation_id": "r-9"}),
+        ("charge", "SUCCEEDED", {"amount": 12.50}),
+        ("ship", "SUCCEEDED", {"tracking": "T1"}),
+    ]
     assert all(s["task"]["status"] == "SUCCEEDED" for s in workflow["steps"])
     assert flow.events("order-1") == ["WORKFLOW_STARTED"] + ["STEP_ACTIVATED", "STEP_SUCCEEDED"] * 3 + [
-        "WORKFLOW_SUCCEEDED"]
-    assert flow.rows("SELECT COUNT(*) AS n FROM checkpoints WHERE available_at <= %s",
-                     (flow.database.clock.now(),))[0]["n"] == 0
+        "WORKFLOW_SUCCEEDED"
+    ]
+    assert (
+        flow.rows("SELECT COUNT(*) AS n FROM checkpoints WHERE available_at <= %s", (flow.database.clock.now(),))[0][
+            "n"
+        ]
+        == 0
+    )
 
 
 def test_p7_failed_task_sends_step_and_instance_to_review_with_gate_closed(flow):
@@ -40,17 +50,25 @@ def test_p7_failed_task_sends_step_and_instance_to_review_with_gate_closed(flow)
     flow.start("order-2")
     flow.scan()
     task = flow.claim().json
-    assert flow.complete(task, "FAILED", error={"message": "card declined", "retryable": True}).json["status"] == "FAILED"
+    assert (
+        flow.complete(task, "FAILED", error={"message": "card declined", "retryable": True}).json["status"] == "FAILED"
+    )
     flow.scan()
     workflow = flow.workflow("order-2")
-    assert (workflow["status"], workflow["gate"], workflow["review_reason"]) == ("NEEDS_REVIEW", "CLOSED", "TASK_FAILED")
+    assert (workflow["status"], workflow["gate"], workflow["review_reason"]) == (
+        "NEEDS_REVIEW",
+        "CLOSED",
+        "TASK_FAILED",
+    )
     assert workflow["steps"][0]["status"] == "NEEDS_REVIEW"
     assert workflow["steps"][0]["review_reason"] == "TASK_FAILED"
     assert workflow["steps"][1]["status"] == "NOT_STARTED"
     assert flow.events("order-2")[-2:] == ["STEP_NEEDS_REVIEW", "WORKFLOW_NEEDS_REVIEW"]
     audit = flow.rows("SELECT actor, action FROM audit_records WHERE action IN ('step.settle', 'workflow.state')")
-    assert {(a["actor"], a["action"]) for a in audit} == {("system:scanner", "step.settle"),
-                                                          ("system:scanner", "workflow.state")}
+    assert {(a["actor"], a["action"]) for a in audit} == {
+        ("system:scanner", "step.settle"),
+        ("system:scanner", "workflow.state"),
+    }
 
 
 def test_p7_step_deadline_without_outcome_goes_to_review_and_cancels_the_queued_task(flow, clock):
@@ -89,7 +107,10 @@ def test_i4_total_deadline_passed_when_new_work_is_due_goes_to_review(flow, cloc
     flow.scan()
     workflow = flow.workflow("order-5")
     assert (workflow["status"], workflow["gate"], workflow["review_reason"]) == (
-        "NEEDS_REVIEW", "CLOSED", "DEADLINE_EXCEEDED")
+        "NEEDS_REVIEW",
+        "CLOSED",
+        "DEADLINE_EXCEEDED",
+    )
     assert [s["status"] for s in workflow["steps"]] == ["SUCCEEDED", "NOT_STARTED"]
     assert workflow["steps"][0]["result"] == {"r": 1}
 

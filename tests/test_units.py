@@ -59,28 +59,29 @@ def test_a_duplicate_on_another_key_than_the_declared_one_surfaces(database):
 
 
 def test_a_transition_that_changes_no_row_fails_the_unit_and_keeps_nothing(database, flow):
-    flow.publish({"name": "flow", "steps": [{"key": "a", "type": "TASK", "queue": "inventory",
-                                              "timeout_seconds": 60}]})
+    flow.publish({"name": "flow", "steps": [{"key": "a", "type": "TASK", "queue": "inventory", "timeout_seconds": 60}]})
     flow.start("wf-1")
     instance_id = flow.rows("SELECT id FROM instances WHERE workflow_id = 'wf-1'")[0]["id"]
     events_before = flow.rows("SELECT COUNT(*) AS n FROM events")[0]["n"]
 
     def move_from_a_state_it_is_not_in(tx):
         instance = instances.lock(tx, instance_id)
-        tx.execute("INSERT INTO events (instance_id, seq, type, at, data) VALUES (%s, 99, 'X', %s, '{}')",
-                   (instance_id, tx.now()))
+        tx.execute(
+            "INSERT INTO events (instance_id, seq, type, at, data) VALUES (%s, 99, 'X', %s, '{}')",
+            (instance_id, tx.now()),
+        )
         instances.move(tx, {**instance, "status": "PAUSED"}, "RUNNING", "OPEN", None)
 
     with pytest.raises(TransitionFailed, match=f"move instance {instance_id} from PAUSED to RUNNING"):
         database.run(move_from_a_state_it_is_not_in)
     assert flow.rows("SELECT status, gate FROM instances WHERE id = %s", (instance_id,)) == [
-        {"status": "RUNNING", "gate": "OPEN"}]
+        {"status": "RUNNING", "gate": "OPEN"}
+    ]
     assert flow.rows("SELECT COUNT(*) AS n FROM events")[0]["n"] == events_before
 
 
 def test_a_transition_that_changes_its_row_returns_the_moved_instance_and_leaves_the_read_one(database, flow):
-    flow.publish({"name": "flow", "steps": [{"key": "a", "type": "TASK", "queue": "inventory",
-                                              "timeout_seconds": 60}]})
+    flow.publish({"name": "flow", "steps": [{"key": "a", "type": "TASK", "queue": "inventory", "timeout_seconds": 60}]})
     flow.start("wf-1")
     instance_id = flow.rows("SELECT id FROM instances WHERE workflow_id = 'wf-1'")[0]["id"]
 
@@ -92,4 +93,5 @@ def test_a_transition_that_changes_its_row_returns_the_moved_instance_and_leaves
     assert (read["status"], read["gate"]) == ("RUNNING", "OPEN")
     assert (moved["status"], moved["gate"]) == ("PAUSED", "CLOSED")
     assert flow.rows("SELECT status, gate FROM instances WHERE id = %s", (instance_id,)) == [
-        {"status": "PAUSED", "gate": "CLOSED"}]
+        {"status": "PAUSED", "gate": "CLOSED"}
+    ]

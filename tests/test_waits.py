@@ -4,8 +4,8 @@ consume in one transaction; D2 correlation; R1 control of waiting instances."""
 from datetime import timedelta
 
 import pytest
-
 from helpers import payment, signal_flow_definition
+
 from weave.sql import tenancy
 
 
@@ -48,16 +48,23 @@ def test_s2_2_the_wait_freezes_its_contract_and_the_first_match_by_acceptance_ti
     clock.advance(1)
     second = wf.send("order-1", "k2", payment(payload={"amount": 2}))
     activate_payment(wf)
-    (wait,) = wf.rows("SELECT name, payload_version, correlation, activation_sequence, deadline_at, status, "
-                      "winner_signal_id FROM waits")
+    (wait,) = wf.rows(
+        "SELECT name, payload_version, correlation, activation_sequence, deadline_at, status, "
+        "winner_signal_id FROM waits"
+    )
     assert (wait["name"], wait["payload_version"], wait["correlation"], wait["activation_sequence"]) == (
-        "payment.settled", "v1", b"o-1", 1)
+        "payment.settled",
+        "v1",
+        b"o-1",
+        1,
+    )
     assert wait["deadline_at"] == clock.now() + timedelta(seconds=600)
     assert (wait["status"], str(wait["winner_signal_id"])) == ("SATISFIED", first.json["signal_id"])
     assert [(str(r["id"]), r["status"], r["disposition"]) for r in signal_rows(wf)] == [
         (mismatch.json["signal_id"], "REJECTED", "CORRELATION_MISMATCH"),
         (first.json["signal_id"], "CONSUMED", None),
-        (second.json["signal_id"], "REJECTED", "WAIT_SETTLED")]
+        (second.json["signal_id"], "REJECTED", "WAIT_SETTLED"),
+    ]
     assert wf.workflow("order-1")["steps"][1]["result"] == {"amount": 1}
 
 
@@ -70,7 +77,8 @@ def test_s2_2_a_mismatch_after_the_winner_is_still_a_correlation_mismatch(wf, cl
     assert [(str(r["id"]), r["status"], r["disposition"]) for r in signal_rows(wf)] == [
         (first.json["signal_id"], "CONSUMED", None),
         (mismatch.json["signal_id"], "REJECTED", "CORRELATION_MISMATCH"),
-        (loser.json["signal_id"], "REJECTED", "WAIT_SETTLED")]
+        (loser.json["signal_id"], "REJECTED", "WAIT_SETTLED"),
+    ]
 
 
 def test_d2_correlation_pointer_must_resolve_to_a_string(flow):
@@ -118,15 +126,15 @@ def test_s2_3_equal_to_the_deadline_is_late_and_the_wait_expires(wf, clock):
 def test_s2_4_a_paused_instance_still_collects_its_signal_and_resuming_starts_the_successor(wf, tenant):
     control = tenant.headers("workflows:control")
     activate_payment(wf)
-    paused = wf.client.simulate_post(f"{wf.ns}/workflows/order-1/pause", json={"reason": "ops freeze"},
-                                     headers=control)
+    paused = wf.client.simulate_post(f"{wf.ns}/workflows/order-1/pause", json={"reason": "ops freeze"}, headers=control)
     assert (paused.json["status"], paused.json["gate"]) == ("PAUSED", "CLOSED")
     wf.send("order-1", "k1", payment())
     wf.scan()
     assert statuses(wf) == {"reserve": "SUCCEEDED", "payment": "SUCCEEDED", "ship": "NOT_STARTED"}
     assert wf.claim("carrier").status_code == 204
-    resumed = wf.client.simulate_post(f"{wf.ns}/workflows/order-1/resume", json={"reason": "freeze over"},
-                                      headers=control)
+    resumed = wf.client.simulate_post(
+        f"{wf.ns}/workflows/order-1/resume", json={"reason": "freeze over"}, headers=control
+    )
     assert (resumed.json["status"], resumed.json["gate"]) == ("RUNNING", "OPEN")
     wf.scan()
     assert statuses(wf)["ship"] == "ACTIVE"
@@ -177,7 +185,11 @@ def test_s2_6_a_wait_without_an_on_time_match_expires_into_review(wf, clock):
     clock.advance(600)
     wf.scan()
     workflow = wf.workflow("order-1")
-    assert (workflow["status"], workflow["gate"], workflow["review_reason"]) == ("NEEDS_REVIEW", "CLOSED", "WAIT_EXPIRED")
+    assert (workflow["status"], workflow["gate"], workflow["review_reason"]) == (
+        "NEEDS_REVIEW",
+        "CLOSED",
+        "WAIT_EXPIRED",
+    )
     assert workflow["steps"][1]["status"] == "NEEDS_REVIEW"
     assert workflow["steps"][1]["wait"]["status"] == "EXPIRED"
     assert "WAIT_EXPIRED" in wf.events("order-1")
@@ -252,8 +264,11 @@ def test_s2_8_consumption_is_one_transaction(wf, database):
 def test_s1_12_a_tampered_signal_is_not_used_and_sends_the_instance_to_review(wf, database):
     activate_payment(wf)
     sent = wf.send("order-1", "k1", payment())
-    database.run(lambda tx: tx.execute("UPDATE signals SET payload = '{\"amount\":1250}' WHERE id = %s",
-                                       (int(sent.json["signal_id"]),)))
+    database.run(
+        lambda tx: tx.execute(
+            "UPDATE signals SET payload = '{\"amount\":1250}' WHERE id = %s", (int(sent.json["signal_id"]),)
+        )
+    )
     wf.scan()
     workflow = wf.workflow("order-1")
     assert (workflow["status"], workflow["review_reason"]) == ("NEEDS_REVIEW", "ACCEPTANCE_PROOF_MISMATCH")
@@ -265,29 +280,42 @@ def test_s1_12_a_tampered_signal_is_not_used_and_sends_the_instance_to_review(wf
 def test_s1_12_a_rewritten_digest_is_caught_by_the_audit_record(wf, database):
     activate_payment(wf)
     sent = wf.send("order-1", "k1", payment())
-    database.run(lambda tx: tx.execute("UPDATE signals SET correlation = 'o-1', reason = 'forged', "
-                                       "request_digest = %s WHERE id = %s", ("f" * 64, int(sent.json["signal_id"]))))
+    database.run(
+        lambda tx: tx.execute(
+            "UPDATE signals SET correlation = 'o-1', reason = 'forged', request_digest = %s WHERE id = %s",
+            ("f" * 64, int(sent.json["signal_id"])),
+        )
+    )
     wf.scan()
     assert wf.workflow("order-1")["review_reason"] == "ACCEPTANCE_PROOF_MISMATCH"
 
 
 def test_r1_cancel_settles_waits_signals_steps_and_tasks(wf, tenant):
     early = wf.send("order-1", "k1", payment("o-9"))
-    result = wf.client.simulate_post(f"{wf.ns}/workflows/order-1/cancel", json={"reason": "customer cancelled"},
-                                     headers=tenant.headers("workflows:control"))
+    result = wf.client.simulate_post(
+        f"{wf.ns}/workflows/order-1/cancel",
+        json={"reason": "customer cancelled"},
+        headers=tenant.headers("workflows:control"),
+    )
     assert (result.json["status"], result.json["gate"]) == ("CANCELLED", "CLOSED")
     assert wf.signal("order-1", early.json["signal_id"]).json["disposition"] == "INSTANCE_SETTLED"
     assert wf.rows("SELECT status FROM tasks") == [{"status": "CANCELLED"}]
     assert statuses(wf)["reserve"] == "CANCELLED"
-    again = wf.client.simulate_post(f"{wf.ns}/workflows/order-1/resume", json={"reason": "x"},
-                                    headers=tenant.headers("workflows:control"))
+    again = wf.client.simulate_post(
+        f"{wf.ns}/workflows/order-1/resume", json={"reason": "x"}, headers=tenant.headers("workflows:control")
+    )
     assert (again.status_code, again.json["code"]) == (409, "INVALID_STATE")
 
 
 def test_r1_control_needs_scope_and_reason(wf, tenant):
-    assert wf.client.simulate_post(f"{wf.ns}/workflows/order-1/pause", json={"reason": "x"},
-                                   headers=tenant.headers("workflows:read")).status_code == 403
-    missing = wf.client.simulate_post(f"{wf.ns}/workflows/order-1/pause", json={},
-                                      headers=tenant.headers("workflows:control"))
+    assert (
+        wf.client.simulate_post(
+            f"{wf.ns}/workflows/order-1/pause", json={"reason": "x"}, headers=tenant.headers("workflows:read")
+        ).status_code
+        == 403
+    )
+    missing = wf.client.simulate_post(
+        f"{wf.ns}/workflows/order-1/pause", json={}, headers=tenant.headers("workflows:control")
+    )
     assert (missing.status_code, missing.json["code"]) == (422, "VALIDATION_FAILED")
     assert wf.workflow("order-1")["status"] == "RUNNING"

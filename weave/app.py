@@ -24,8 +24,10 @@ def routes(database: Database, config: Config) -> list[tuple[str, object]]:
         (f"{N}/workflows", workflows.WorkflowCollection(database, limit)),
         (f"{N}/workflows/{{workflow_id}}", workflows.Workflow(database)),
         (f"{N}/workflows/{{workflow_id}}/events", workflows.WorkflowEvents(database)),
-        *[(f"{N}/workflows/{{workflow_id}}/{action}", workflows.WorkflowControl(database, limit, action))
-          for action in ("pause", "resume", "cancel")],
+        *[
+            (f"{N}/workflows/{{workflow_id}}/{action}", workflows.WorkflowControl(database, limit, action))
+            for action in ("pause", "resume", "cancel")
+        ],
         (f"{N}/workflows/{{workflow_id}}/signals", signals.WorkflowSignals(database, limit)),
         (f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}", signals.WorkflowSignal(database)),
         (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit)),

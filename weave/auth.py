@@ -16,11 +16,18 @@ from weave.errors import Code, WeaveError
 TOKEN_PREFIX = "wv_"
 TOKEN_BYTES = 32
 
-SCOPES = frozenset({
-    "definitions:write", "definitions:read",
-    "workflows:start", "workflows:read", "workflows:signal", "workflows:control", "workflows:review",
-    "tasks:work",
-})
+SCOPES = frozenset(
+    {
+        "definitions:write",
+        "definitions:read",
+        "workflows:start",
+        "workflows:read",
+        "workflows:signal",
+        "workflows:control",
+        "workflows:review",
+        "tasks:work",
+    }
+)
 
 
 def new_token() -> str:

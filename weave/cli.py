@@ -17,12 +17,12 @@ import sys
 import threading
 from pathlib import Path
 
-from weave.sql import definitions, tenancy
 from weave import auth, migrate, server
 from weave.config import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_THREADS, max_body_bytes_from_env
 from weave.db import Database, DatabaseError, DatabaseUrl
 from weave.errors import Code, WeaveError
 from weave.scanner import IDLE_SECONDS, Scanner
+from weave.sql import definitions, tenancy
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 DEV_DIR = Path(".weave")
@@ -34,10 +34,21 @@ DEV_DEFINITION = {
     "name": "order",
     "steps": [
         {"key": "reserve", "type": "TASK", "queue": DEV_QUEUE, "max_attempts": 3, "timeout_seconds": 300},
-        {"key": "payment", "type": "SIGNAL", "timeout_seconds": 3600, "correlation": "/input/order_id",
-         "signal": {"name": "payment.settled", "payload_version": "v1",
-                    "payload_schema": {"type": "object", "required": ["amount"],
-                                       "properties": {"amount": {"type": "number"}}}}},
+        {
+            "key": "payment",
+            "type": "SIGNAL",
+            "timeout_seconds": 3600,
+            "correlation": "/input/order_id",
+            "signal": {
+                "name": "payment.settled",
+                "payload_version": "v1",
+                "payload_schema": {
+                    "type": "object",
+                    "required": ["amount"],
+                    "properties": {"amount": {"type": "number"}},
+                },
+            },
+        },
         {"key": "ship", "type": "TASK", "queue": DEV_QUEUE, "max_attempts": 3, "timeout_seconds": 300},
     ],
 }
@@ -74,6 +85,7 @@ def _print(args, result: dict, text: str) -> None:
 
 # ---- commands ------------------------------------------------------------------------------------
 
+
 def cmd_migrate(args) -> int:
     url = _database_url(args)
     migrate.shipped()  # a broken installation creates no database
@@ -84,8 +96,14 @@ def cmd_migrate(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    server.serve(_database_url(args), args.host, args.port, args.threads,
-                 args.max_body_bytes or max_body_bytes_from_env(), args.processes)
+    server.serve(
+        _database_url(args),
+        args.host,
+        args.port,
+        args.threads,
+        args.max_body_bytes or max_body_bytes_from_env(),
+        args.processes,
+    )
     return 0
 
 
@@ -128,15 +146,24 @@ def cmd_dev(args) -> int:
         database = Database(url)
         client_token, worker_token = _dev_tenant(database)
         base = f"http://{args.host}:{args.port}"
-        start = json.dumps({"definition": "order", "version": 1, "workflow_id": "order-1",
-                            "input": {"order_id": "o-1"}, "deadline_seconds": 3600})
+        start = json.dumps(
+            {
+                "definition": "order",
+                "version": 1,
+                "workflow_id": "order-1",
+                "input": {"order_id": "o-1"},
+                "deadline_seconds": 3600,
+            }
+        )
         print(f"Weave dev: {base}  (database {url.yoyo_url()})")
         print(f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definition order v1 (reserve -> payment -> ship)")
         print(f"client token (all workflow scopes): {client_token}")
         print(f"worker token (tasks:work on {DEV_QUEUE}):   {worker_token}")
         print("start a workflow:")
-        print(f"  curl -s -X POST {base}/v1/namespaces/{DEV_NAMESPACE}/workflows "
-              f"-H 'Authorization: Bearer {client_token}' -H 'Content-Type: application/json' -d {shlex.quote(start)}")
+        print(
+            f"  curl -s -X POST {base}/v1/namespaces/{DEV_NAMESPACE}/workflows "
+            f"-H 'Authorization: Bearer {client_token}' -H 'Content-Type: application/json' -d {shlex.quote(start)}"
+        )
         sys.stdout.flush()
         stop = threading.Event()
         scanner = threading.Thread(target=Scanner(Database(url)).run, args=(stop,), name="scanner", daemon=True)
@@ -163,13 +190,30 @@ def _dev_tenant(database: Database) -> tuple[str, str]:
             raise
     client_token, worker_token = auth.new_token(), auth.new_token()
     client_scopes = sorted(auth.SCOPES - {"tasks:work"})
-    tenancy.create_credential(database, DEV_NAMESPACE, DEV_APPLICATION, "dev-client", client_scopes,
-                              [DEV_QUEUE], auth.token_hash(client_token), None)
-    tenancy.create_credential(database, DEV_NAMESPACE, DEV_APPLICATION, "dev-worker", ["tasks:work"],
-                              [DEV_QUEUE], auth.token_hash(worker_token), None)
+    tenancy.create_credential(
+        database,
+        DEV_NAMESPACE,
+        DEV_APPLICATION,
+        "dev-client",
+        client_scopes,
+        [DEV_QUEUE],
+        auth.token_hash(client_token),
+        None,
+    )
+    tenancy.create_credential(
+        database,
+        DEV_NAMESPACE,
+        DEV_APPLICATION,
+        "dev-worker",
+        ["tasks:work"],
+        [DEV_QUEUE],
+        auth.token_hash(worker_token),
+        None,
+    )
     principal = tenancy.authenticate(database, auth.token_hash(client_token))
-    definitions.publish_definition(database, principal.namespace_id, DEV_DEFINITION,
-                                   principal.credential_id, principal.actor)
+    definitions.publish_definition(
+        database, principal.namespace_id, DEV_DEFINITION, principal.credential_id, principal.actor
+    )
     return client_token, worker_token
 
 
@@ -186,8 +230,9 @@ def cmd_queue_create(args) -> int:
 
 
 def cmd_app_create(args) -> int:
-    result = tenancy.create_application(Database(_database_url(args)), args.namespace, args.app,
-                                        args.signals_per_minute)
+    result = tenancy.create_application(
+        Database(_database_url(args)), args.namespace, args.app, args.signals_per_minute
+    )
     quota = f"{args.signals_per_minute} signal(s)/minute" if args.signals_per_minute is not None else "no quota"
     _print(args, result, f"created application {args.app} in {args.namespace} ({quota})")
     return 0
@@ -202,8 +247,16 @@ def cmd_app_status(args) -> int:
 
 def cmd_credential_create(args) -> int:
     token = auth.new_token()
-    created = tenancy.create_credential(Database(_database_url(args)), args.namespace, args.app, args.actor,
-                                        args.scope, args.queue or [], auth.token_hash(token), args.expires_in)
+    created = tenancy.create_credential(
+        Database(_database_url(args)),
+        args.namespace,
+        args.app,
+        args.actor,
+        args.scope,
+        args.queue or [],
+        auth.token_hash(token),
+        args.expires_in,
+    )
     result = {"credential_id": created["credential_id"], "token": token}
     _print(args, result, f"credential {result['credential_id']} (the token is shown only now):\n{token}")
     return 0
@@ -216,6 +269,7 @@ def cmd_credential_revoke(args) -> int:
 
 
 # ---- parser --------------------------------------------------------------------------------------
+
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
@@ -234,18 +288,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-seconds", type=float, default=IDLE_SECONDS, help="sleep between batches when idle")
     p.set_defaults(run=cmd_scan)
 
-    for name, help_text, run in (("serve", "serve the HTTP API with waitress", cmd_serve),
-                                 ("dev", "private database, demo tenant and server on this machine", cmd_dev)):
+    for name, help_text, run in (
+        ("serve", "serve the HTTP API with waitress", cmd_serve),
+        ("dev", "private database, demo tenant and server on this machine", cmd_dev),
+    ):
         p = commands.add_parser(name, parents=[common], help=help_text)
         p.add_argument("--host", default=DEFAULT_HOST)
         p.add_argument("--port", type=int, default=DEFAULT_PORT)
         p.add_argument("--threads", type=_positive, default=DEFAULT_THREADS)
         if name == "serve":
-            p.add_argument("--processes", type=_positive, default=1,
-                           help="API worker processes sharing the port (a Python process runs on one core)")
-            p.add_argument("--max-body-bytes", type=_positive, default=None,
-                           help="request bodies above this get 413 before they are read "
-                                "(default: $WEAVE_MAX_BODY_BYTES or 1 MiB)")
+            p.add_argument(
+                "--processes",
+                type=_positive,
+                default=1,
+                help="API worker processes sharing the port (a Python process runs on one core)",
+            )
+            p.add_argument(
+                "--max-body-bytes",
+                type=_positive,
+                default=None,
+                help="request bodies above this get 413 before they are read (default: $WEAVE_MAX_BODY_BYTES or 1 MiB)",
+            )
         p.set_defaults(run=run)
 
     admin = commands.add_parser("admin", help="namespaces, queues, applications, credentials")

@@ -238,8 +238,13 @@ class Tx:
 class Database:
     """A pool of connections to one database plus the clock seam and the retry policy."""
 
-    def __init__(self, url: str | DatabaseUrl, clock=None, pool_size: int = DEFAULT_POOL_SIZE,
-                 max_attempts: int = DEFAULT_MAX_ATTEMPTS):
+    def __init__(
+        self,
+        url: str | DatabaseUrl,
+        clock=None,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ):
         self.url = DatabaseUrl.parse(url) if isinstance(url, str) else url
         self.clock = clock or DatabaseClock()
         self.max_attempts = max_attempts
@@ -293,7 +298,7 @@ class Database:
                 if attempt == self.max_attempts:
                     raise Unavailable(f"{unit.__name__} failed {attempt} times; last error: {exc}") from exc
                 log.info("retrying %s after %s (attempt %d)", unit.__name__, exc, attempt)
-                time.sleep(random.uniform(0.002, 0.01) * (2 ** attempt))
+                time.sleep(random.uniform(0.002, 0.01) * (2**attempt))
         raise AssertionError("unreachable")
 
     def _run_once(self, unit, args, kwargs, autocommit: bool = False):

@@ -112,8 +112,12 @@ class PrivateServer:
         if self.fast_and_unsafe:
             args += ["--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", "--sync-binlog=0"]
         self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=die_with_parent,
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         self._wait_until_ready()
         self._allow_tcp_root()
@@ -125,8 +129,14 @@ class PrivateServer:
             installer = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
             if not installer:
                 raise ServerNotFound(INSTALL_HINT)
-            cmd = [installer, "--no-defaults", f"--datadir={data}", "--auth-root-authentication-method=normal",
-                   "--skip-test-db", *_run_as_root_args()]
+            cmd = [
+                installer,
+                "--no-defaults",
+                f"--datadir={data}",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                *_run_as_root_args(),
+            ]
         else:
             cmd = [binary, "--no-defaults", "--initialize-insecure", f"--datadir={data}", *_run_as_root_args()]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -156,8 +166,9 @@ class PrivateServer:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.process.returncode}; see {self.log_path}:\n"
-                                   + self._log_tail())
+                raise RuntimeError(
+                    f"the server exited with {self.process.returncode}; see {self.log_path}:\n" + self._log_tail()
+                )
             try:
                 pymysql.connect(unix_socket=str(self.socket_path), user="root", connect_timeout=1).close()
                 return

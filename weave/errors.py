@@ -57,8 +57,9 @@ class Code(enum.Enum):
 
 
 class WeaveError(Exception):
-    def __init__(self, code: Code, detail: str, errors: list[dict] | None = None,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self, code: Code, detail: str, errors: list[dict] | None = None, headers: dict[str, str] | None = None
+    ):
         super().__init__(f"{code.name}: {detail}")
         self.code = code
         self.detail = detail
@@ -86,8 +87,13 @@ def _respond(resp: falcon.Response, code: Code, detail: str, errors=None, header
 
 
 _FALCON_STATUS_CODES = {
-    400: Code.BAD_REQUEST, 401: Code.UNAUTHENTICATED, 403: Code.FORBIDDEN, 404: Code.NOT_FOUND,
-    405: Code.METHOD_NOT_ALLOWED, 413: Code.PAYLOAD_TOO_LARGE, 415: Code.UNSUPPORTED_MEDIA_TYPE,
+    400: Code.BAD_REQUEST,
+    401: Code.UNAUTHENTICATED,
+    403: Code.FORBIDDEN,
+    404: Code.NOT_FOUND,
+    405: Code.METHOD_NOT_ALLOWED,
+    413: Code.PAYLOAD_TOO_LARGE,
+    415: Code.UNSUPPORTED_MEDIA_TYPE,
 }
 
 

@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 import falcon
 
-from weave.sql import tenancy
 from weave import auth, jsontext, schemas
 from weave.db import Database
 from weave.errors import Code, WeaveError
+from weave.sql import tenancy
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ def operation(summary: str, **kwargs: Any) -> Callable:
     def mark(responder: Callable) -> Callable:
         responder.operation = Operation(summary, **kwargs)
         return responder
+
     return mark
 
 
@@ -90,16 +91,24 @@ class Authenticate:
             # Undeclared means not part of the API: the OpenAPI document, built from the same marks,
             # does not list it. So it is answered like an unknown route, before any token is looked
             # at; 403 would say that some other credential could be let in, and none can.
-            log.error("refused %s %s: %s.%s has no @operation", req.method, req.path,
-                      type(resource).__name__, responder.__name__)
+            log.error(
+                "refused %s %s: %s.%s has no @operation",
+                req.method,
+                req.path,
+                type(resource).__name__,
+                responder.__name__,
+            )
             raise WeaveError(Code.NOT_FOUND, f"no operation {req.method} {req.path}")
         if meta.public:
             return
         token = auth.bearer_token(req.get_header("Authorization"))
         principal = tenancy.authenticate(self.database, auth.token_hash(token))
         if principal is None:
-            raise WeaveError(Code.UNAUTHENTICATED, "the token is unknown, revoked or expired",
-                             headers={"WWW-Authenticate": 'Bearer realm="weave"'})
+            raise WeaveError(
+                Code.UNAUTHENTICATED,
+                "the token is unknown, revoked or expired",
+                headers={"WWW-Authenticate": 'Bearer realm="weave"'},
+            )
         # A route without {namespace} names none, so it is nobody's: not found for every credential.
         principal.require(params.get("namespace"), meta.not_found, *meta.scopes)
         if meta.queue_grant:
@@ -134,9 +143,11 @@ def bounded_value_text(value: Any, pointer: str) -> str:
     text = jsontext.compact(value)
     size = len(text.encode("utf-8"))
     if size > VALUE_LIMIT_BYTES:
-        raise WeaveError(Code.PAYLOAD_TOO_LARGE,
-                         f"{pointer}: serialises to {size} bytes; the limit is {VALUE_LIMIT_BYTES}",
-                         [{"pointer": pointer, "message": f"larger than {VALUE_LIMIT_BYTES} bytes serialised"}])
+        raise WeaveError(
+            Code.PAYLOAD_TOO_LARGE,
+            f"{pointer}: serialises to {size} bytes; the limit is {VALUE_LIMIT_BYTES}",
+            [{"pointer": pointer, "message": f"larger than {VALUE_LIMIT_BYTES} bytes serialised"}],
+        )
     return text
 
 
@@ -158,6 +169,9 @@ def query_int(req: falcon.Request, name: str, default: int, minimum: int, maximu
     if raw is None or raw == "":
         return default
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or not minimum <= int(raw) <= maximum:
-        raise WeaveError(Code.VALIDATION_FAILED, f"query parameter {name!r} must be an integer {minimum}..{maximum}",
-                         [{"pointer": f"?{name}", "message": f"must be an integer {minimum}..{maximum}"}])
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            f"query parameter {name!r} must be an integer {minimum}..{maximum}",
+            [{"pointer": f"?{name}", "message": f"must be an integer {minimum}..{maximum}"}],
+        )
     return int(raw)

@@ -54,12 +54,16 @@ def _bounded(number: type) -> Any:
         if len(text) > MAX_NUMBER_CHARS:
             raise NumberTooLong(f"a number of {len(text)} characters; at most {MAX_NUMBER_CHARS} are accepted")
         return number(text)
+
     return parse
 
 
 _DECODER = json.JSONDecoder(
-    object_pairs_hook=_no_duplicates, parse_float=_bounded(Decimal), parse_int=_bounded(int),
-    parse_constant=_no_constants, strict=True,
+    object_pairs_hook=_no_duplicates,
+    parse_float=_bounded(Decimal),
+    parse_int=_bounded(int),
+    parse_constant=_no_constants,
+    strict=True,
 )
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 

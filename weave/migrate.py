@@ -39,8 +39,9 @@ def shipped(directory: Path | None = None):
         for migration in migrations:
             migration.load()  # yoyo reads files lazily: find a broken one before touching a database
     except BadMigration as exc:
-        raise MigrationsMissing(f"the migrations in {directory} cannot be read ({exc}): this Weave installation "
-                                "is broken") from None
+        raise MigrationsMissing(
+            f"the migrations in {directory} cannot be read ({exc}): this Weave installation is broken"
+        ) from None
     if not migrations:
         raise MigrationsMissing(f"no migrations found in {directory}: this Weave installation is incomplete")
     return migrations

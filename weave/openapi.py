@@ -22,23 +22,41 @@ def _problem_schema() -> dict:
         "type": "object",
         "required": ["type", "title", "status", "detail", "code", "errors"],
         "properties": {
-            "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
-            "detail": {"type": "string"}, "code": {"enum": [code.name for code in Code]},
-            "errors": {"type": "array", "items": {"type": "object", "properties": {
-                "pointer": {"type": "string"}, "message": {"type": "string"}}}},
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "code": {"enum": [code.name for code in Code]},
+            "errors": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"pointer": {"type": "string"}, "message": {"type": "string"}},
+                },
+            },
         },
         "examples": [example],
     }
 
 
 def _operation(path: str, method: str, meta, op_id: str) -> dict:
-    params = [{"name": name, "in": "path", "required": True,
-               "schema": {"type": "integer" if ":int" in path.split("{" + name)[1].split("}")[0] else "string"}}
-              for name in _PARAM.findall(path)]
-    params += [{"name": name, "in": "query", "required": False, "description": text, "schema": {"type": "string"}}
-               for name, text in meta.query]
-    params += [{"name": name, "in": "header", "required": True, "description": text, "schema": {"type": "string"}}
-               for name, text in meta.headers]
+    params = [
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {"type": "integer" if ":int" in path.split("{" + name)[1].split("}")[0] else "string"},
+        }
+        for name in _PARAM.findall(path)
+    ]
+    params += [
+        {"name": name, "in": "query", "required": False, "description": text, "schema": {"type": "string"}}
+        for name, text in meta.query
+    ]
+    params += [
+        {"name": name, "in": "header", "required": True, "description": text, "schema": {"type": "string"}}
+        for name, text in meta.headers
+    ]
     op: dict = {"operationId": op_id, "summary": meta.summary, "parameters": params, "responses": {}}
     if meta.scopes:
         op["description"] = "Scope: " + " or ".join(meta.scopes)
@@ -48,14 +66,18 @@ def _operation(path: str, method: str, meta, op_id: str) -> dict:
     else:
         op["security"] = []
     if meta.request:
-        op["requestBody"] = {"required": True, "content": {"application/json": {
-            "schema": {"$ref": f"#/components/schemas/{meta.request}"}}}}
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{meta.request}"}}},
+        }
     for status in meta.statuses:
         if status < 400:
             op["responses"][str(status)] = {"description": "success", "content": {"application/json": {}}}
         else:
-            op["responses"][str(status)] = {"description": "problem", "content": {"application/problem+json": {
-                "schema": {"$ref": "#/components/schemas/problem"}}}}
+            op["responses"][str(status)] = {
+                "description": "problem",
+                "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/problem"}}},
+            }
     return op
 
 
@@ -69,8 +91,11 @@ def build(routes: Iterable[tuple[str, object]]) -> dict:
             meta = getattr(responder, "operation", None)
             if meta is None:
                 continue
-            words = ["by_" + w[1:-1] if w.startswith("{") else w for w in clean.split("/")
-                     if w and w not in ("v1", "namespaces", "{namespace}")]
+            words = [
+                "by_" + w[1:-1] if w.startswith("{") else w
+                for w in clean.split("/")
+                if w and w not in ("v1", "namespaces", "{namespace}")
+            ]
             op_id = "_".join([method, *words]).replace(".", "_")
             paths.setdefault(clean, {})[method] = _operation(path, method, meta, op_id)
             if meta.request:
@@ -79,8 +104,11 @@ def build(routes: Iterable[tuple[str, object]]) -> dict:
     components["problem"] = _problem_schema()
     return {
         "openapi": "3.1.0",
-        "info": {"title": "Weave", "version": "1",
-                 "description": "Durable workflows on MySQL: task steps, external signals and polls."},
+        "info": {
+            "title": "Weave",
+            "version": "1",
+            "description": "Durable workflows on MySQL: task steps, external signals and polls.",
+        },
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
         "paths": paths,
         "components": {

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
-from weave.sql import backoff, checkpoints, engine, inbox, signals, tasks
 from weave.db import Database, Tx
+from weave.sql import backoff, checkpoints, engine, inbox, signals, tasks
 
 log = logging.getLogger("weave.scanner")
 
@@ -62,14 +62,29 @@ class BatchReport:
     millis: float = 0.0
 
     def line(self) -> str:
-        return json.dumps({"event": "scan_batch", "candidates": self.candidates, "by_source": self.by_source,
-                           "done": self.done, "skipped": self.skipped, "failed": self.failed,
-                           "leases": self.leases, "ms": round(self.millis, 1)}, sort_keys=True)
+        return json.dumps(
+            {
+                "event": "scan_batch",
+                "candidates": self.candidates,
+                "by_source": self.by_source,
+                "done": self.done,
+                "skipped": self.skipped,
+                "failed": self.failed,
+                "leases": self.leases,
+                "ms": round(self.millis, 1),
+            },
+            sort_keys=True,
+        )
 
 
 class Scanner:
-    def __init__(self, database: Database, sources: tuple[CandidateSource, ...] = SOURCES,
-                 batch_size: int = BATCH_SIZE, idle_seconds: float = IDLE_SECONDS):
+    def __init__(
+        self,
+        database: Database,
+        sources: tuple[CandidateSource, ...] = SOURCES,
+        batch_size: int = BATCH_SIZE,
+        idle_seconds: float = IDLE_SECONDS,
+    ):
         self.database = database
         self.sources = sources
         self.batch_size = batch_size
@@ -92,7 +107,9 @@ class Scanner:
         except Exception as exc:  # K2: whatever went wrong, back this candidate off and go on
             report.failed += 1
             log.warning("scan %s %s failed: %s", candidate.source.name, candidate.id, exc)
-            backoff.record_failure(self.database, candidate.source.failures, candidate.id, f"{type(exc).__name__}: {exc}")
+            backoff.record_failure(
+                self.database, candidate.source.failures, candidate.id, f"{type(exc).__name__}: {exc}"
+            )
             return
         if outcome is None:
             report.skipped += 1
@@ -133,7 +150,8 @@ class Scanner:
                 stop.wait(self.idle_seconds)
                 continue
             # One line per batch; idle batches only at DEBUG, so an idle scanner is quiet.
-            log.log(logging.INFO if (report.candidates or report.leases or report.failed) else logging.DEBUG,
-                    report.line())
+            log.log(
+                logging.INFO if (report.candidates or report.leases or report.failed) else logging.DEBUG, report.line()
+            )
             if report.candidates < self.batch_size:
                 stop.wait(self.idle_seconds)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from weave import jsontext
+from weave.jsontext import Raw
 from weave.sql.definitions import Definition
 from weave.sql.instances import WorkflowFacts
 from weave.sql.tasks import ClaimedTask
-from weave import jsontext
-from weave.jsontext import Raw
 from weave.times import rfc3339
 
 
@@ -25,8 +25,15 @@ def definition_view(definition: Definition, with_document: bool = False) -> dict
 def _step_view(step: dict, facts: WorkflowFacts) -> dict:
     activation = facts.activations.get(step["key"])
     if activation is None:
-        return {"key": step["key"], "type": step["type"], "activation_sequence": None,
-                "status": "NOT_STARTED", "result": None, "wait": None, "task": None}
+        return {
+            "key": step["key"],
+            "type": step["type"],
+            "activation_sequence": None,
+            "status": "NOT_STARTED",
+            "result": None,
+            "wait": None,
+            "task": None,
+        }
     task = facts.tasks.get(activation["id"])
     wait = facts.waits.get(activation["id"])
     return {
@@ -38,13 +45,22 @@ def _step_view(step: dict, facts: WorkflowFacts) -> dict:
         "review_reason": activation["review_reason"],
         "activated_at": rfc3339(activation["activated_at"]),
         "deadline_at": rfc3339(activation["deadline_at"]),
-        "wait": None if wait is None else {
-            "status": wait["status"], "deadline_at": rfc3339(wait["deadline_at"]),
-            "correlation_key": wait["correlation"].decode("utf-8", "replace") if wait["correlation"] is not None else None,
+        "wait": None
+        if wait is None
+        else {
+            "status": wait["status"],
+            "deadline_at": rfc3339(wait["deadline_at"]),
+            "correlation_key": wait["correlation"].decode("utf-8", "replace")
+            if wait["correlation"] is not None
+            else None,
             "winner_signal_id": str(wait["winner_signal_id"]) if wait["winner_signal_id"] is not None else None,
         },
-        "task": None if task is None else {
-            "task_id": str(task["id"]), "status": task["status"], "attempt": task["attempt"],
+        "task": None
+        if task is None
+        else {
+            "task_id": str(task["id"]),
+            "status": task["status"],
+            "attempt": task["attempt"],
         },
     }
 

@@ -28,8 +28,9 @@ class Ready(Resource):
             if not self._migrated:
                 waiting = migrate.pending(self.database.url)
                 if waiting:
-                    raise WeaveError(Code.UNAVAILABLE, f"migrations pending: {', '.join(waiting)}",
-                                     headers={"Retry-After": "5"})
+                    raise WeaveError(
+                        Code.UNAVAILABLE, f"migrations pending: {', '.join(waiting)}", headers={"Retry-After": "5"}
+                    )
                 self._migrated = True
         except DatabaseError as exc:
             raise WeaveError(Code.UNAVAILABLE, f"database unreachable: {exc}", headers={"Retry-After": "5"}) from None

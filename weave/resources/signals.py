@@ -6,10 +6,10 @@ import re
 
 import falcon
 
-from weave.sql import signals
 from weave.errors import Code, WeaveError
 from weave.http import Resource, bounded_value_text, operation, query_int, read_json, row_id, send_json
 from weave.rules import signals as rules
+from weave.sql import signals
 from weave.views import signal_view
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x20-\x7e]{1,128}$")
@@ -22,8 +22,11 @@ PAGE_MAX = 1000
 def _idempotency_key(req: falcon.Request) -> str:
     key = req.get_header("Idempotency-Key")
     if key is None or not IDEMPOTENCY_KEY.match(key):
-        raise WeaveError(Code.VALIDATION_FAILED, "header Idempotency-Key is required: 1-128 printable ASCII characters",
-                         [{"pointer": "header:Idempotency-Key", "message": "1-128 printable ASCII characters"}])
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            "header Idempotency-Key is required: 1-128 printable ASCII characters",
+            [{"pointer": "header:Idempotency-Key", "message": "1-128 printable ASCII characters"}],
+        )
     return key
 
 
@@ -31,9 +34,11 @@ def signal_request(key: str, body: dict) -> signals.SignalRequest:
     """The request as `sql.signals` takes it: exact payload text, correlation bytes, digest."""
     correlation = body["correlation_key"].encode("utf-8")
     if len(correlation) > CORRELATION_KEY_MAX_BYTES:
-        raise WeaveError(Code.VALIDATION_FAILED, f"/correlation_key: {len(correlation)} bytes of UTF-8; "
-                                                 f"the limit is {CORRELATION_KEY_MAX_BYTES}",
-                         [{"pointer": "/correlation_key", "message": f"at most {CORRELATION_KEY_MAX_BYTES} bytes"}])
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            f"/correlation_key: {len(correlation)} bytes of UTF-8; the limit is {CORRELATION_KEY_MAX_BYTES}",
+            [{"pointer": "/correlation_key", "message": f"at most {CORRELATION_KEY_MAX_BYTES} bytes"}],
+        )
     payload = body.get("payload", rules.ABSENT)
     fields = {k: v for k, v in body.items() if k != "payload"}
     return signals.SignalRequest(
@@ -47,10 +52,14 @@ def signal_request(key: str, body: dict) -> signals.SignalRequest:
 
 
 class WorkflowSignals(Resource):
-    @operation("Send a signal (201 with the frozen receipt; replays answer the same bytes)",
-               scopes=("workflows:signal",), not_found=Code.WORKFLOW_NOT_FOUND, request="signal",
-               statuses=(201, 400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
-               headers=(("Idempotency-Key", "1-128 printable ASCII; scoped to the workflow"),))
+    @operation(
+        "Send a signal (201 with the frozen receipt; replays answer the same bytes)",
+        scopes=("workflows:signal",),
+        not_found=Code.WORKFLOW_NOT_FOUND,
+        request="signal",
+        statuses=(201, 400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
+        headers=(("Idempotency-Key", "1-128 printable ASCII; scoped to the workflow"),),
+    )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
         key = _idempotency_key(req)
@@ -58,8 +67,11 @@ class WorkflowSignals(Resource):
         if principal.signals_per_minute is not None:
             wait = signals.take_quota(self.database, principal.application_id, principal.signals_per_minute)
             if wait is not None:
-                raise WeaveError(Code.QUOTA_EXCEEDED, f"the application's quota of {principal.signals_per_minute} "
-                                                      "signals per minute is used up", headers={"Retry-After": str(wait)})
+                raise WeaveError(
+                    Code.QUOTA_EXCEEDED,
+                    f"the application's quota of {principal.signals_per_minute} signals per minute is used up",
+                    headers={"Retry-After": str(wait)},
+                )
         receipt = signals.send_signal(self.database, principal, workflow_id, request)
         resp.status = 201
         resp.content_type = "application/json"
@@ -67,29 +79,52 @@ class WorkflowSignals(Resource):
         if receipt.replayed:
             resp.set_header("Idempotent-Replayed", "true")
 
-    @operation("List a workflow's signals with their dispositions, oldest first", scopes=("workflows:read",),
-               not_found=Code.WORKFLOW_NOT_FOUND, statuses=(200, 401, 403, 404, 422),
-               query=(("status", "PENDING, CONSUMED, REJECTED or EXPIRED"), ("after", "signal_id to continue after"),
-                      ("limit", f"page size 1..{PAGE_MAX} (default {PAGE_DEFAULT})")))
+    @operation(
+        "List a workflow's signals with their dispositions, oldest first",
+        scopes=("workflows:read",),
+        not_found=Code.WORKFLOW_NOT_FOUND,
+        statuses=(200, 401, 403, 404, 422),
+        query=(
+            ("status", "PENDING, CONSUMED, REJECTED or EXPIRED"),
+            ("after", "signal_id to continue after"),
+            ("limit", f"page size 1..{PAGE_MAX} (default {PAGE_DEFAULT})"),
+        ),
+    )
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
         status = req.get_param("status") or None
         if status is not None and status not in STATUSES:
-            raise WeaveError(Code.VALIDATION_FAILED, f"status must be one of {', '.join(STATUSES)}",
-                             [{"pointer": "?status", "message": f"one of {', '.join(STATUSES)}"}])
+            raise WeaveError(
+                Code.VALIDATION_FAILED,
+                f"status must be one of {', '.join(STATUSES)}",
+                [{"pointer": "?status", "message": f"one of {', '.join(STATUSES)}"}],
+            )
         after = query_int(req, "after", 0, 0, 2**63 - 1)
         limit = query_int(req, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
         rows = signals.list_signals(self.database, principal, workflow_id, status, after, limit + 1)
         page = rows[:limit]
-        send_json(resp, 200, {"signals": [signal_view(row, workflow_id) for row in page],
-                              "next_after": str(page[-1]["id"]) if len(rows) > limit else None})
+        send_json(
+            resp,
+            200,
+            {
+                "signals": [signal_view(row, workflow_id) for row in page],
+                "next_after": str(page[-1]["id"]) if len(rows) > limit else None,
+            },
+        )
 
 
 class WorkflowSignal(Resource):
-    @operation("Read a signal's current state", scopes=("workflows:read",), not_found=Code.WORKFLOW_NOT_FOUND,
-               statuses=(200, 401, 403, 404))
-    def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str,
-               signal_id: str) -> None:
+    @operation(
+        "Read a signal's current state",
+        scopes=("workflows:read",),
+        not_found=Code.WORKFLOW_NOT_FOUND,
+        statuses=(200, 401, 403, 404),
+    )
+    def on_get(
+        self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str, signal_id: str
+    ) -> None:
         principal = req.context.principal
-        row = signals.get_signal(self.database, principal, workflow_id, row_id(signal_id, Code.SIGNAL_NOT_FOUND, "signal"))
+        row = signals.get_signal(
+            self.database, principal, workflow_id, row_id(signal_id, Code.SIGNAL_NOT_FOUND, "signal")
+        )
         send_json(resp, 200, signal_view(row, workflow_id))

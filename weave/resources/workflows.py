@@ -7,10 +7,10 @@ import secrets
 
 import falcon
 
-from weave.sql import engine, events, instances
 from weave import jsontext
 from weave.errors import Code, WeaveError
 from weave.http import Resource, bounded_value_text, operation, query_int, read_json, send_json
+from weave.sql import engine, events, instances
 from weave.views import event_view, workflow_view
 
 EVENTS_PAGE_DEFAULT = 100
@@ -18,9 +18,13 @@ EVENTS_PAGE_MAX = 1000
 
 
 class WorkflowCollection(Resource):
-    @operation("Start a workflow (idempotent on workflow_id)", scopes=("workflows:start",),
-               not_found=Code.WORKFLOW_NOT_FOUND, request="start_workflow",
-               statuses=(200, 201, 401, 403, 404, 409, 413, 415, 422))
+    @operation(
+        "Start a workflow (idempotent on workflow_id)",
+        scopes=("workflows:start",),
+        not_found=Code.WORKFLOW_NOT_FOUND,
+        request="start_workflow",
+        statuses=(200, 201, 401, 403, 404, 409, 413, 415, 422),
+    )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
         principal = req.context.principal
         if principal.application_status != "ACTIVE":
@@ -37,14 +41,23 @@ class WorkflowCollection(Resource):
             request_digest=jsontext.digest({**body, "workflow_id": workflow_id}),
         )
         facts, created = instances.start_workflow(
-            self.database, principal.namespace_id, principal.application_id, principal.credential_id,
-            principal.actor, request)
+            self.database,
+            principal.namespace_id,
+            principal.application_id,
+            principal.credential_id,
+            principal.actor,
+            request,
+        )
         send_json(resp, 201 if created else 200, workflow_view(facts))
 
 
 class Workflow(Resource):
-    @operation("Read a workflow: status, gate, steps, activations, waits, review reason",
-               scopes=("workflows:read",), not_found=Code.WORKFLOW_NOT_FOUND, statuses=(200, 401, 403, 404))
+    @operation(
+        "Read a workflow: status, gate, steps, activations, waits, review reason",
+        scopes=("workflows:read",),
+        not_found=Code.WORKFLOW_NOT_FOUND,
+        statuses=(200, 401, 403, 404),
+    )
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
         facts = instances.read_workflow(self.database, principal.namespace_id, workflow_id)
@@ -54,10 +67,16 @@ class Workflow(Resource):
 
 
 class WorkflowEvents(Resource):
-    @operation("A page of a workflow's history, oldest first", scopes=("workflows:read",),
-               not_found=Code.WORKFLOW_NOT_FOUND, statuses=(200, 401, 403, 404, 422),
-               query=(("after", "return events with seq greater than this (default 0)"),
-                      ("limit", f"page size, 1..{EVENTS_PAGE_MAX} (default {EVENTS_PAGE_DEFAULT})")))
+    @operation(
+        "A page of a workflow's history, oldest first",
+        scopes=("workflows:read",),
+        not_found=Code.WORKFLOW_NOT_FOUND,
+        statuses=(200, 401, 403, 404, 422),
+        query=(
+            ("after", "return events with seq greater than this (default 0)"),
+            ("limit", f"page size, 1..{EVENTS_PAGE_MAX} (default {EVENTS_PAGE_DEFAULT})"),
+        ),
+    )
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
         after = query_int(req, "after", 0, 0, 2**32 - 1)
@@ -77,11 +96,23 @@ class WorkflowControl(Resource):
         super().__init__(database, body_limit)
         self.action = action
 
-    @operation("Pause, resume or cancel a workflow (R1); answers the workflow", scopes=("workflows:control",),
-               not_found=Code.WORKFLOW_NOT_FOUND, request="control", statuses=(200, 401, 403, 404, 409, 413, 415, 422))
+    @operation(
+        "Pause, resume or cancel a workflow (R1); answers the workflow",
+        scopes=("workflows:control",),
+        not_found=Code.WORKFLOW_NOT_FOUND,
+        request="control",
+        statuses=(200, 401, 403, 404, 409, 413, 415, 422),
+    )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
         body = read_json(req, "control", self.body_limit)
-        facts = engine.control(self.database, principal.namespace_id, workflow_id, self.action, body["reason"],
-                                  principal.credential_id, principal.actor)
+        facts = engine.control(
+            self.database,
+            principal.namespace_id,
+            workflow_id,
+            self.action,
+            body["reason"],
+            principal.credential_id,
+            principal.actor,
+        )
         send_json(resp, 200, workflow_view(facts))

@@ -25,8 +25,9 @@ def resolve(document: Any, pointer: str) -> Any:
             node = node[token]
         elif isinstance(node, list):
             # RFC 6901 indexes are ASCII digits; str.isdigit() alone also takes '١', '１' and '²'.
-            if (not (token.isascii() and token.isdigit() and (token == "0" or not token.startswith("0")))
-                    or int(token) >= len(node)):
+            if not (token.isascii() and token.isdigit() and (token == "0" or not token.startswith("0"))) or int(
+                token
+            ) >= len(node):
                 raise Unresolved(f"{pointer}: no element {token!r}")
             node = node[int(token)]
         else:

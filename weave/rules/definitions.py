@@ -35,7 +35,9 @@ def problems(document: dict) -> list[Problem]:
     seen: dict[str, int] = {}
     for i, step in enumerate(document["steps"]):
         if step["key"] in seen:
-            found.append(Problem(f"/steps/{i}/key", f"duplicate step key {step['key']!r} (first at /steps/{seen[step['key']]})"))
+            found.append(
+                Problem(f"/steps/{i}/key", f"duplicate step key {step['key']!r} (first at /steps/{seen[step['key']]})")
+            )
         seen.setdefault(step["key"], i)
         contract_field = CONTRACT_FIELDS.get(step["type"])
         contract = step.get(contract_field) if contract_field else None

@@ -17,7 +17,7 @@ def retry_delay(attempt: int, base: float = RETRY_BASE_SECONDS, cap: float = RET
     The exponent is bounded before it is used: scanner source rows count failures without limit,
     and 2.0 ** 1024 overflows a float."""
     doublings = min(max(0, attempt - 1), MAX_DOUBLINGS)
-    return timedelta(seconds=min(cap, base * 2 ** doublings))
+    return timedelta(seconds=min(cap, base * 2**doublings))
 
 
 def after_failure(retryable: bool, attempt: int, max_attempts: int, cancel_requested: bool) -> str:

@@ -31,8 +31,9 @@ def contract_problems(steps: list[dict], fields: dict, payload: Any) -> list[Pro
     if fields["name"] != contract["name"]:
         found.append(Problem("/name", f"step {step['key']!r} expects signal {contract['name']!r}"))
     if fields["payload_version"] != contract["payload_version"]:
-        found.append(Problem("/payload_version", f"step {step['key']!r} expects payload version "
-                                                 f"{contract['payload_version']!r}"))
+        found.append(
+            Problem("/payload_version", f"step {step['key']!r} expects payload version {contract['payload_version']!r}")
+        )
     if found:
         return found
     if step["type"] == "POLL":
@@ -65,8 +66,17 @@ def _schema_problems(schema: Any, value: Any, prefix: str) -> list[Problem]:
 
 def request_digest(fields: dict, payload: Any) -> str:
     """SHA-256 over the canonical form of every signal field (S1.11); absent payload ≠ null payload."""
-    document = {key: fields[key] for key in ("name", "payload_version", "target_step_key",
-                                               "target_activation_sequence", "correlation_key", "reason")}
+    document = {
+        key: fields[key]
+        for key in (
+            "name",
+            "payload_version",
+            "target_step_key",
+            "target_activation_sequence",
+            "correlation_key",
+            "reason",
+        )
+    }
     if fields.get("evidence_ref") is not None:
         document["evidence_ref"] = fields["evidence_ref"]
     if payload is not ABSENT:

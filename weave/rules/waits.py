@@ -35,8 +35,12 @@ def adjudicate(wait: WaitFacts, pending: list[PendingSignal], now: datetime) -> 
     verdict = Verdict()
     for signal in sorted(pending, key=lambda s: (s.accepted_at, s.id)):
         # A mismatch is a mismatch wherever it stands; WAIT_SETTLED is only for matching losers.
-        if (wait.payload_version is None or signal.name != wait.name
-                or signal.payload_version != wait.payload_version or signal.correlation != wait.correlation):
+        if (
+            wait.payload_version is None
+            or signal.name != wait.name
+            or signal.payload_version != wait.payload_version
+            or signal.correlation != wait.correlation
+        ):
             verdict.rejected[signal.id] = "CORRELATION_MISMATCH"
         elif verdict.winner is not None:
             verdict.rejected[signal.id] = "WAIT_SETTLED"

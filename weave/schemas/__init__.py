@@ -52,8 +52,7 @@ def errors_of(validator: Draft202012Validator, value: Any, prefix: str = "") -> 
     return [{"pointer": prefix + pointer(e.absolute_path), "message": _message(e)} for e in found]
 
 
-def check(validator: Draft202012Validator, value: Any, code: Code = Code.VALIDATION_FAILED,
-          prefix: str = "") -> None:
+def check(validator: Draft202012Validator, value: Any, code: Code = Code.VALIDATION_FAILED, prefix: str = "") -> None:
     """Raise `code` listing every place where `value` breaks the schema."""
     errors = errors_of(validator, value, prefix)
     if errors:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import re
-from decimal import Decimal
 from typing import Any, Iterator
 
 import jsonschema._keywords
@@ -60,7 +59,9 @@ def install() -> None:
         if module.re is LinearRe:
             continue
         if module.re is not re:
-            raise RuntimeError(f"{module.__name__} no longer uses `re` as Weave expects; review weave/schemas/linear.py")
+            raise RuntimeError(
+                f"{module.__name__} no longer uses `re` as Weave expects; review weave/schemas/linear.py"
+            )
         module.re = LinearRe
 
 
@@ -102,8 +103,20 @@ PayloadValidator = validators.extend(Draft202012Validator, {"uniqueItems": uniqu
 # ---- refusing at publish what RE2 cannot run ---------------------------------------------------------
 
 # Keywords whose value is a schema, a list of schemas, or a map of names to schemas (Draft 2020-12).
-_SCHEMA = ("additionalProperties", "items", "contains", "not", "if", "then", "else", "propertyNames",
-           "unevaluatedItems", "unevaluatedProperties", "contentSchema", "additionalItems")
+_SCHEMA = (
+    "additionalProperties",
+    "items",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contentSchema",
+    "additionalItems",
+)
 _SCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
 _SCHEMA_MAP = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
 
@@ -122,8 +135,11 @@ def pattern_problems(schema: Any, where: str = "") -> Iterator[tuple[str, str]]:
             compile_pattern(pattern)
         except re2.error as exc:
             reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-            yield pointer, f"the pattern cannot run in linear time (RE2: {reason}); back-references and " \
-                           "look-around are not supported"
+            yield (
+                pointer,
+                f"the pattern cannot run in linear time (RE2: {reason}); back-references and "
+                "look-around are not supported",
+            )
     for keyword in _SCHEMA:
         if keyword in schema:
             yield from pattern_problems(schema[keyword], f"{where}/{keyword}")
