@@ -460,18 +460,12 @@ def _in_process_e2e(bench: Bench, workflows: int) -> float:
     from weave.sql import checkpoints, engine, inbox
 
     db = bench.database
-    app_id = db.run(lambda tx: tx.one("SELECT id FROM applications LIMIT 1"))["id"]
+    starter = tenancy.authenticate(db, auth.token_hash(bench.client_token))
     run_id = time.time_ns()
     started = time.perf_counter()
     for i in range(workflows):
-        instance_sql.start_workflow(
-            db,
-            bench.namespace_id,
-            app_id,
-            1,
-            "b",
-            instance_sql.StartRequest(f"raw-{run_id}-{i}", "e2e", 1, '{"i":%d}' % i, 3600, f"{i:064d}"),
-        )
+        request = instance_sql.StartRequest(f"raw-{run_id}-{i}", "e2e", 1, '{"i":%d}' % i, 3600, f"{i:064d}")
+        instance_sql.start_workflow(db, starter, request)
     while True:
         did = 0
         for row in db.run(checkpoints.due_candidates, 100):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from weave import jsontext
+from weave.auth import Principal
 from weave.db import Tx, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import control as control_rules
@@ -97,13 +98,10 @@ def consume_inbox_event(tx: Tx, inbox_id: int) -> str | None:
 
 
 @unit_of_work
-def control(
-    tx: Tx, namespace_id: int, workflow_id: str, action: str, reason: str, credential_id: int, actor: str
-) -> WorkflowFacts:
+def control(tx: Tx, principal: Principal, workflow_id: str, action: str, reason: str) -> WorkflowFacts:
     """R1: pause, resume or cancel, audited with the reason; 409 INVALID_STATE when not allowed."""
-    instance_id = instances.instance_id(tx, namespace_id, workflow_id)
-    if instance_id is None:
-        raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
+    namespace_id, actor = principal.namespace_id, principal.actor
+    instance_id = instances.addressed(tx, principal, workflow_id)["id"]
     instance = instances.lock(tx, instance_id)
     target = control_rules.transition(action, instance["status"])
     if target is None:
@@ -125,7 +123,7 @@ def control(
         f"workflow.{action}",
         {"workflow_id": workflow_id, "reason": reason},
         instance_id=instance_id,
-        credential_id=credential_id,
+        credential_id=principal.credential_id,
     )
     if action == "resume":
         checkpoints.schedule_root(tx, instance_id, tx.now())

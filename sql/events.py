@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from weave import jsontext
-from weave.db import Tx, read_only
+from weave.db import Tx
 
 # One statement: the next seq is read from the unique index (instance_id, seq) while inserting.
 # The caller holds the instance lock, so no other transaction appends to this history meanwhile;
@@ -20,18 +20,10 @@ def append(tx: Tx, instance_id: int, event_type: str, data: dict) -> None:
 
 
 SELECT_EVENTS_PAGE = """
-SELECT e.seq, e.type, e.at, e.data
-FROM instances i JOIN events e ON e.instance_id = i.id
-WHERE i.namespace_id = %s AND i.workflow_id = %s AND e.seq > %s
-ORDER BY e.seq
-LIMIT %s
+SELECT seq, type, at, data FROM events WHERE instance_id = %s AND seq > %s ORDER BY seq LIMIT %s
 """
-SELECT_INSTANCE_ID = "SELECT id FROM instances WHERE namespace_id = %s AND workflow_id = %s"
 
 
-@read_only
-def list_events(tx: Tx, namespace_id: int, workflow_id: str, after: int, limit: int) -> list[dict] | None:
-    """Up to `limit` events with seq > `after`; None when the workflow does not exist."""
-    if tx.one(SELECT_INSTANCE_ID, (namespace_id, workflow_id)) is None:
-        return None
-    return tx.all(SELECT_EVENTS_PAGE, (namespace_id, workflow_id, after, limit))
+def page(tx: Tx, instance_id: int, after: int, limit: int) -> list[dict]:
+    """Up to `limit` events with seq > `after`, oldest first."""
+    return tx.all(SELECT_EVENTS_PAGE, (instance_id, after, limit))

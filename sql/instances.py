@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
+from weave.auth import Principal
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
+from weave.rules import definitions as definition_rules
 from weave.sql import audit, checkpoints, definitions, events
 from weave.times import rfc3339
 
@@ -83,22 +85,61 @@ def read_facts(tx: Tx, namespace_id: int, workflow_id: str) -> WorkflowFacts | N
 
 
 @read_only
-def read_workflow(tx: Tx, namespace_id: int, workflow_id: str) -> WorkflowFacts | None:
-    return read_facts(tx, namespace_id, workflow_id)
+def read_workflow(tx: Tx, principal: Principal, workflow_id: str) -> WorkflowFacts:
+    facts = read_facts(tx, principal.namespace_id, workflow_id)
+    if facts is None:
+        raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
+    principal.require_queues(definition_rules.queues_used(facts.document))
+    return facts
+
+
+# ---- an instance addressed by a credential (S1.1, §11) ---------------------------------------------
+
+SELECT_ADDRESSED_INSTANCE = """
+SELECT id, definition_id, (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest
+FROM instances i WHERE namespace_id = %s AND workflow_id = %s
+"""
+
+
+def require_grants(tx: Tx, principal: Principal, workflow_id: str, instance: dict | None) -> tuple[dict, list[str]]:
+    """The pinned document of `instance` (a row with `definition_id` and `definition_digest`, or
+    None) and its queues, sorted; WORKFLOW_NOT_FOUND when there is no instance, FORBIDDEN unless
+    the credential holds a grant for every one of those queues. Every operation on an instance
+    passes here: what the instance's steps run on is what a credential must be trusted with."""
+    if instance is None:
+        raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
+    document = definitions.document(tx, instance["definition_id"], instance["definition_digest"])
+    queues = definition_rules.queues_used(document)
+    principal.require_queues(queues)
+    return document, queues
+
+
+def addressed(tx: Tx, principal: Principal, workflow_id: str) -> dict:
+    """The instance (not locked: `id`, `definition_id`, `definition_digest`) `principal` may act on."""
+    instance = tx.one(SELECT_ADDRESSED_INSTANCE, (principal.namespace_id, workflow_id))
+    require_grants(tx, principal, workflow_id, instance)
+    return instance
+
+
+@read_only
+def list_events(tx: Tx, principal: Principal, workflow_id: str, after: int, limit: int) -> list[dict]:
+    """Up to `limit` events of the workflow with seq > `after`, oldest first."""
+    return events.page(tx, addressed(tx, principal, workflow_id)["id"], after, limit)
 
 
 @unit_of_work(replay_on=("uq_instances_workflow",))
-def start_workflow(
-    tx: Tx, namespace_id: int, application_id: int, credential_id: int, actor: str, request: StartRequest
-) -> tuple[WorkflowFacts, bool]:
+def start_workflow(tx: Tx, principal: Principal, request: StartRequest) -> tuple[WorkflowFacts, bool]:
     """Start an instance (I1, I2); returns (facts, created).
 
     The same workflow_id with the same request digest answers the existing instance; with another
     digest it is `WORKFLOW_EXISTS`. Two concurrent starts of one id meet at `uq_instances_workflow`:
-    the loser's unit is re-run and takes the first branch.
+    the loser's unit is re-run and takes the first branch. Either way the credential needs a grant
+    for every queue of the definition (S1.1, §11).
     """
+    namespace_id, actor = principal.namespace_id, principal.actor
     existing = read_facts(tx, namespace_id, request.workflow_id)
     if existing is not None:
+        principal.require_queues(definition_rules.queues_used(existing.document))
         if existing.instance["request_digest"] != request.request_digest:
             raise WeaveError(
                 Code.WORKFLOW_EXISTS, f"workflow {request.workflow_id!r} exists and was started with another request"
@@ -109,6 +150,7 @@ def start_workflow(
         raise WeaveError(
             Code.DEFINITION_NOT_FOUND, f"definition {request.definition!r} version {request.version} does not exist"
         )
+    principal.require_queues(definition_rules.queues_used(definitions.document(tx, definition.id, definition.digest)))
     now = tx.now()
     deadline_at = now + timedelta(seconds=request.deadline_seconds)
     instance_id = tx.insert(
@@ -117,7 +159,7 @@ def start_workflow(
             namespace_id,
             request.workflow_id,
             definition.id,
-            application_id,
+            principal.application_id,
             request.input_text,
             request.request_digest,
             deadline_at,
@@ -149,7 +191,7 @@ def start_workflow(
             "deadline_at": rfc3339(deadline_at),
         },
         instance_id=instance_id,
-        credential_id=credential_id,
+        credential_id=principal.credential_id,
         request_digest=request.request_digest,
     )
     return read_facts(tx, namespace_id, request.workflow_id), True
@@ -188,17 +230,11 @@ UPDATE_INSTANCE_STATE = """
 UPDATE instances SET status = %s, gate = %s, review_reason = %s, updated_at = %s
 WHERE id = %s AND status = %s AND gate = %s
 """
-SELECT_INSTANCE_ID = "SELECT id FROM instances WHERE namespace_id = %s AND workflow_id = %s"
 
 
 def lock(tx: Tx, instance_id: int) -> dict:
     """Lock the instance row; the result also carries its definition digest and application status."""
     return tx.one(LOCK_INSTANCE, (instance_id,))
-
-
-def instance_id(tx: Tx, namespace_id: int, workflow_id: str) -> int | None:
-    row = tx.one(SELECT_INSTANCE_ID, (namespace_id, workflow_id))
-    return None if row is None else row["id"]
 
 
 def move(tx: Tx, instance: dict, status: str, gate: str, review_reason: str | None) -> dict:

@@ -24,9 +24,8 @@ from weave import jsontext
 from weave.auth import Principal
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
-from weave.rules import definitions as definition_rules
 from weave.rules import signals as rules
-from weave.sql import audit, backoff, checkpoints, definitions, events, instances, waits
+from weave.sql import audit, backoff, checkpoints, events, instances, waits
 from weave.times import rfc3339
 
 SIGNALS_PER_INSTANCE = 1024
@@ -86,10 +85,6 @@ def take_quota(tx: Tx, application_id: int, per_minute: int) -> int | None:
 
 # ---- send -----------------------------------------------------------------------------------------
 
-SELECT_TARGET_INSTANCE = """
-SELECT id, definition_id, (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest
-FROM instances i WHERE namespace_id = %s AND workflow_id = %s
-"""
 # The idempotency lookup rides along with finding the instance: one round trip, no locks (S1.3).
 SELECT_TARGET_INSTANCE_AND_KEY = """
 SELECT i.id, i.definition_id, (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest,
@@ -130,23 +125,6 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 
 """
 
 
-def _permitted(tx: Tx, principal: Principal, workflow_id: str, instance: dict | None) -> tuple[dict, list[str]]:
-    """The pinned document of `instance` (not locked) and its queues, after the checks of S1.1."""
-    if instance is None:
-        raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
-    document = definitions.document(tx, instance["definition_id"], instance["definition_digest"])
-    queues = definition_rules.queues_used(document)
-    principal.require_queues(queues)
-    return document, queues
-
-
-def target_instance(tx: Tx, principal: Principal, workflow_id: str) -> dict:
-    """The instance (not locked) that `principal` may read signals of."""
-    instance = tx.one(SELECT_TARGET_INSTANCE, (principal.namespace_id, workflow_id))
-    _permitted(tx, principal, workflow_id, instance)
-    return instance
-
-
 def _replay(existing: dict, request: SignalRequest) -> Receipt:
     if existing["request_digest"] != request.request_digest:
         raise WeaveError(
@@ -173,7 +151,7 @@ def _target_facts(tx: Tx, instance: dict, request: SignalRequest, known: dict) -
 @unit_of_work(replay_on=("uq_signals_idempotency",))
 def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalRequest) -> Receipt:
     unlocked = tx.one(SELECT_TARGET_INSTANCE_AND_KEY, (request.idempotency_key, principal.namespace_id, workflow_id))
-    document, queues = _permitted(tx, principal, workflow_id, unlocked)
+    document, queues = instances.require_grants(tx, principal, workflow_id, unlocked)
     if unlocked["receipt"] is not None:
         return _replay(unlocked, request)
     problems = rules.contract_problems(document["steps"], request.fields, request.payload)
@@ -304,7 +282,7 @@ SELECT_SIGNAL_PAGE_BY_STATUS = (
 
 @read_only
 def get_signal(tx: Tx, principal: Principal, workflow_id: str, signal_id: int) -> dict:
-    instance = target_instance(tx, principal, workflow_id)
+    instance = instances.addressed(tx, principal, workflow_id)
     row = tx.one(SELECT_SIGNAL, (instance["id"], signal_id))
     if row is None:
         raise WeaveError(Code.SIGNAL_NOT_FOUND, f"signal {signal_id} does not exist in workflow {workflow_id!r}")
@@ -315,7 +293,7 @@ def get_signal(tx: Tx, principal: Principal, workflow_id: str, signal_id: int) -
 def list_signals(
     tx: Tx, principal: Principal, workflow_id: str, status: str | None, after: int, limit: int
 ) -> list[dict]:
-    instance = target_instance(tx, principal, workflow_id)
+    instance = instances.addressed(tx, principal, workflow_id)
     if status is None:
         return tx.all(SELECT_SIGNAL_PAGE, (instance["id"], after, limit))
     return tx.all(SELECT_SIGNAL_PAGE_BY_STATUS, (instance["id"], status, after, limit))

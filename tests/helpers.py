@@ -45,6 +45,10 @@ class Tenant:
     def headers(self, *scopes: str, **kwargs) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(*scopes, **kwargs)}"}
 
+    def principal(self, *scopes: str, **kwargs) -> auth.Principal:
+        """What a request with a new credential of these scopes and grants is authorized as."""
+        return tenancy.authenticate(self.database, auth.token_hash(self.token(*scopes, **kwargs)))
+
 
 def make_tenant(database: Database, namespace: str, queues: dict[str, int]) -> Tenant:
     tenancy.create_namespace(database, namespace)
@@ -62,6 +66,7 @@ class Flow:
 
         self.client = client
         self.database = database
+        self.tenant = tenant
         self.ns = f"/v1/namespaces/{tenant.namespace}"
         self.headers = tenant.headers(
             "definitions:write", "workflows:start", "workflows:read", queues=("inventory", "carrier")

@@ -74,7 +74,7 @@ def test_d4_s1_8_publish_right_grants_no_read_or_signal_right(client, tenant):
 
 
 def test_other_namespace_is_404_never_403(client, tenant, other_tenant):
-    writer = tenant.headers("definitions:write", "workflows:start", "workflows:read")
+    writer = tenant.headers("definitions:write", "workflows:start", "workflows:read", queues=("inventory",))
     assert client.simulate_post("/v1/namespaces/acme/definitions", json=DOC, headers=writer).status_code == 201
     start = {"definition": "order", "version": 1, "input": {}, "deadline_seconds": 60, "workflow_id": "w1"}
     assert client.simulate_post("/v1/namespaces/acme/workflows", json=start, headers=writer).status_code == 201
@@ -125,3 +125,50 @@ def test_identity_is_cached_but_status_quota_and_revocation_are_read_on_every_re
     )
     tenancy.revoke_credential(database, "acme", first.credential_id)
     assert tenancy.authenticate(database, auth.token_hash(token)) is None
+
+
+# ---- issue 10, item 6: every operation on an instance needs a grant for every queue it uses ---------
+
+TWO_QUEUES = {
+    "name": "order",
+    "steps": [
+        {"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30},
+        {"key": "ship", "type": "TASK", "queue": "carrier", "timeout_seconds": 30},
+    ],
+}
+START = {"definition": "order", "version": 1, "input": {}, "deadline_seconds": 60, "workflow_id": "w1"}
+
+
+@pytest.mark.parametrize(
+    "method, path, body",
+    [
+        ("POST", "/workflows", {**START, "workflow_id": "w2"}),
+        ("POST", "/workflows", START),  # the idempotent replay of an existing start, too
+        ("GET", "/workflows/w1", None),
+        ("GET", "/workflows/w1/events", None),
+        ("POST", "/workflows/w1/pause", {"reason": "look"}),
+        ("POST", "/workflows/w1/cancel", {"reason": "look"}),
+        ("GET", "/workflows/w1/signals", None),
+        ("GET", "/workflows/w1/signals/1", None),
+    ],
+    ids=["start", "start-replay", "read", "events", "pause", "cancel", "signals", "signal"],
+)
+def test_issue_10_6_an_instance_is_refused_to_a_credential_without_every_queue_grant(
+    client, database, tenant, method, path, body
+):
+    everything = tenant.headers(*auth.SCOPES, queues=("inventory", "carrier"))
+    assert (
+        client.simulate_post("/v1/namespaces/acme/definitions", json=TWO_QUEUES, headers=everything).status_code == 201
+    )
+    assert client.simulate_post("/v1/namespaces/acme/workflows", json=START, headers=everything).status_code == 201
+    history = client.simulate_get("/v1/namespaces/acme/workflows/w1/events", headers=everything).json["events"]
+
+    partial = tenant.headers(*auth.SCOPES, queues=("inventory",))  # every scope, one of the two queues
+    result = client.simulate_request(method, f"/v1/namespaces/acme{path}", json=body, headers=partial)
+    assert (result.status_code, result.json["code"]) == (403, "FORBIDDEN")
+    assert "carrier" in result.json["detail"]
+    # ... and nothing changed.
+    after = client.simulate_get("/v1/namespaces/acme/workflows/w1", headers=everything).json
+    assert (after["status"], after["gate"]) == ("RUNNING", "OPEN")
+    assert client.simulate_get("/v1/namespaces/acme/workflows/w1/events", headers=everything).json["events"] == history
+    assert client.simulate_get("/v1/namespaces/acme/workflows/w2", headers=everything).status_code == 404

@@ -175,3 +175,26 @@ def test_the_right_namespace_without_the_scope_is_403_and_each_declared_scope_le
     for scope in scopes:  # past authorization, the request fails on what it lacks: body, object, header
         result = client.simulate_request(method, url(template), headers=tenant.headers(scope, queues=EVERY_QUEUE))
         assert result.status_code not in (401, 403), (scope, result.json)
+
+
+# ---- issue 10, item 7: a credential of a DISABLED application may only read -------------------------
+
+
+@by_operation
+def test_a_disabled_applications_credential_may_only_read_from_the_next_request(
+    client, database, tenant, method, template, not_found, scopes
+):
+    from weave.sql import tenancy
+
+    before = tenant.headers(*EVERY_SCOPE, queues=EVERY_QUEUE)  # made while the application was active
+    tenancy.set_application_status(database, "acme", "app", "DISABLED")
+    during = tenant.headers(*EVERY_SCOPE, queues=EVERY_QUEUE)  # made while it is disabled
+    for headers in (before, during):
+        result = client.simulate_request(method, url(template), headers=headers)
+        if method == "GET":
+            assert result.status_code != 403, result.json  # reads go on
+        else:
+            assert (result.status_code, result.json["code"]) == (403, "FORBIDDEN")
+            assert "may only read" in result.json["detail"]
+    tenancy.set_application_status(database, "acme", "app", "ACTIVE")
+    assert client.simulate_request(method, url(template), headers=before).status_code != 403

@@ -9,7 +9,7 @@ DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "i
 
 @pytest.fixture
 def populated(client, tenant, database):
-    headers = tenant.headers("definitions:write", "workflows:start")
+    headers = tenant.headers("definitions:write", "workflows:start", queues=("inventory",))
     for timeout in range(1, 6):
         client.simulate_post(
             "/v1/namespaces/acme/definitions",
@@ -78,7 +78,12 @@ def test_request_path_queries_use_their_indexes(populated):
     assert ("definitions", "uq_definitions_name_version") in keys_used(
         explain(database, definitions.SELECT_VERSION, (ns, "order", 3))
     )
-    assert ("e", "uq_events_instance_seq") in keys_used(explain(database, events.SELECT_EVENTS_PAGE, (ns, "w7", 0, 10)))
+    assert ("events", "uq_events_instance_seq") in keys_used(
+        explain(database, events.SELECT_EVENTS_PAGE, (instance_id, 0, 10))
+    )
+    assert ("i", "uq_instances_workflow") in keys_used(
+        explain(database, instances.SELECT_ADDRESSED_INSTANCE, (ns, "w7"))
+    )
     assert ("step_activations", "uq_activations_step_sequence") in keys_used(
         explain(database, instances.SELECT_LATEST_ACTIVATIONS, (instance_id,))
     )

@@ -25,7 +25,7 @@ DOC = {
 
 @pytest.fixture
 def headers(client, tenant):
-    headers = tenant.headers("definitions:write", "workflows:start", "workflows:read")
+    headers = tenant.headers("definitions:write", "workflows:start", "workflows:read", queues=("inventory",))
     assert client.simulate_post("/v1/namespaces/acme/definitions", json=DOC, headers=headers).status_code == 201
     return headers
 
@@ -177,16 +177,14 @@ def test_i2_start_is_one_transaction(client, headers, database):
 
 
 def test_i1_concurrent_starts_of_one_workflow_id_make_one_instance(database, tenant, client, headers):
-    principal_row = database.run(lambda tx: tx.one("SELECT namespace_id, application_id FROM credentials LIMIT 1"))
+    starter = tenant.principal("workflows:start", queues=("inventory",))
     request = instances.StartRequest("race", "order", 1, "{}", 60, "d" * 64)
     barrier = threading.Barrier(8)
     outcomes = []
 
     def go():
         barrier.wait()
-        facts, created = instances.start_workflow(
-            database, principal_row["namespace_id"], principal_row["application_id"], 1, "t", request
-        )
+        facts, created = instances.start_workflow(database, starter, request)
         outcomes.append((facts.instance["id"], created))
 
     threads = [threading.Thread(target=go) for _ in range(8)]

@@ -26,12 +26,11 @@ def use_real_time(database, clock):
 
 def start_backlog(flow, database, count, document):
     flow.publish(document)
-    ns = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = 'acme'"))["id"]
-    app = database.run(lambda tx: tx.one("SELECT id FROM applications LIMIT 1"))["id"]
+    starter = flow.tenant.principal("workflows:start", queues=("inventory", "carrier"))
     for i in range(count):
         request = instances.StartRequest(f"b{i}", "flow", 1, "{}", 3600, f"{i:064d}")
-        instances.start_workflow(database, ns, app, 1, "t", request)
-    return ns
+        instances.start_workflow(database, starter, request)
+    return starter.namespace_id
 
 
 def scanner_process(config, *extra):
@@ -227,11 +226,11 @@ def waiting_backlog(flow, database, clock, count):
 
     use_real_time(database, clock)
     flow.publish(signal_flow_definition(timeout=3600))
-    ns = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = 'acme'"))["id"]
-    app = database.run(lambda tx: tx.one("SELECT id FROM applications WHERE name = 'app'"))["id"]
+    starter = flow.tenant.principal("workflows:start", queues=("inventory", "carrier"))
+    ns = starter.namespace_id
     for i in range(count):
         request = instances.StartRequest(f"w{i}", "flow", 1, '{"order_id":"o-%d"}' % i, 3600, f"{i:064d}")
-        instances.start_workflow(database, ns, app, 1, "t", request)
+        instances.start_workflow(database, starter, request)
     flow.scan(rounds=200)
     while (claimed := tasks.claim_task(database, ns, "inventory", "w", 600, 1, "w")) is not None:
         tasks.complete_task(

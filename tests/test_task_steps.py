@@ -121,7 +121,12 @@ def test_i3_disabled_application_blocks_new_work_until_enabled(flow, database, c
     tenancy.set_application_status(database, "acme", "app", "DISABLED")
     flow.scan()
     assert flow.workflow("order-6")["steps"][0]["status"] == "NOT_STARTED"
-    assert flow.claim().status_code == 204
+    tenancy.create_application(database, "acme", "workers", None)
+    other_worker = flow.tenant.headers("tasks:work", queues=("inventory",), application="workers")
+    claimed = flow.client.simulate_post(
+        f"{flow.ns}/queues/inventory/claim", headers=other_worker, json={"worker_id": "w", "lease_seconds": 60}
+    )
+    assert claimed.status_code == 204  # no task was created
     tenancy.set_application_status(database, "acme", "app", "ACTIVE")
     clock.advance(timedelta(seconds=60).total_seconds())
     flow.scan()

@@ -124,7 +124,7 @@ def test_s2_3_equal_to_the_deadline_is_late_and_the_wait_expires(wf, clock):
 
 
 def test_s2_4_a_paused_instance_still_collects_its_signal_and_resuming_starts_the_successor(wf, tenant):
-    control = tenant.headers("workflows:control")
+    control = tenant.headers("workflows:control", queues=("inventory", "carrier"))
     activate_payment(wf)
     paused = wf.client.simulate_post(f"{wf.ns}/workflows/order-1/pause", json={"reason": "ops freeze"}, headers=control)
     assert (paused.json["status"], paused.json["gate"]) == ("PAUSED", "CLOSED")
@@ -143,10 +143,13 @@ def test_s2_4_a_paused_instance_still_collects_its_signal_and_resuming_starts_th
     assert "ops freeze" in audit[0]["details"]
 
 
-def test_s2_4_a_disabled_application_still_collects_and_its_successor_waits(wf, database, clock):
+def test_s2_4_a_disabled_application_still_collects_and_its_successor_waits(wf, tenant, database, clock):
     activate_payment(wf)
     tenancy.set_application_status(database, "acme", "app", "DISABLED")
-    wf.send("order-1", "k1", payment())
+    # The instance's application is disabled; the payment provider's application is not.
+    tenancy.create_application(database, "acme", "psp", None)
+    psp = tenant.headers("workflows:signal", queues=("inventory", "carrier"), application="psp")
+    assert wf.send("order-1", "k1", payment(), headers=psp).status_code == 201
     wf.scan()
     assert statuses(wf) == {"reserve": "SUCCEEDED", "payment": "SUCCEEDED", "ship": "NOT_STARTED"}
     tenancy.set_application_status(database, "acme", "app", "ACTIVE")
@@ -295,14 +298,16 @@ def test_r1_cancel_settles_waits_signals_steps_and_tasks(wf, tenant):
     result = wf.client.simulate_post(
         f"{wf.ns}/workflows/order-1/cancel",
         json={"reason": "customer cancelled"},
-        headers=tenant.headers("workflows:control"),
+        headers=tenant.headers("workflows:control", queues=("inventory", "carrier")),
     )
     assert (result.json["status"], result.json["gate"]) == ("CANCELLED", "CLOSED")
     assert wf.signal("order-1", early.json["signal_id"]).json["disposition"] == "INSTANCE_SETTLED"
     assert wf.rows("SELECT status FROM tasks") == [{"status": "CANCELLED"}]
     assert statuses(wf)["reserve"] == "CANCELLED"
     again = wf.client.simulate_post(
-        f"{wf.ns}/workflows/order-1/resume", json={"reason": "x"}, headers=tenant.headers("workflows:control")
+        f"{wf.ns}/workflows/order-1/resume",
+        json={"reason": "x"},
+        headers=tenant.headers("workflows:control", queues=("inventory", "carrier")),
     )
     assert (again.status_code, again.json["code"]) == (409, "INVALID_STATE")
 
@@ -315,7 +320,9 @@ def test_r1_control_needs_scope_and_reason(wf, tenant):
         == 403
     )
     missing = wf.client.simulate_post(
-        f"{wf.ns}/workflows/order-1/pause", json={}, headers=tenant.headers("workflows:control")
+        f"{wf.ns}/workflows/order-1/pause",
+        json={},
+        headers=tenant.headers("workflows:control", queues=("inventory", "carrier")),
     )
     assert (missing.status_code, missing.json["code"]) == (422, "VALIDATION_FAILED")
     assert wf.workflow("order-1")["status"] == "RUNNING"

@@ -26,6 +26,7 @@ from weave.sql import tenancy
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
+READING_METHODS = ("GET", "HEAD")  # every other operation of the API writes
 VALUE_LIMIT_BYTES = 256 * 1024  # a workflow input, a task result, a signal payload (serialised)
 
 
@@ -113,6 +114,11 @@ class Authenticate:
         principal.require(params.get("namespace"), meta.not_found, *meta.scopes)
         if meta.queue_grant:
             principal.require_queues([params[meta.queue_grant]])
+        if principal.application_status != "ACTIVE" and req.method not in READING_METHODS:
+            # A disabled application is a kill switch for its credentials: reads only, from the
+            # very next request (its status is read on every request). Its instances still
+            # collect what they wait for (S2.4).
+            raise WeaveError(Code.FORBIDDEN, "the application of this credential is disabled: it may only read")
         req.context.principal = principal
 
 

@@ -8,9 +8,9 @@ import secrets
 import falcon
 
 from weave import jsontext
-from weave.errors import Code, WeaveError
+from weave.errors import Code
 from weave.http import Resource, bounded_value_text, operation, query_int, read_json, send_json
-from weave.sql import engine, events, instances
+from weave.sql import engine, instances
 from weave.views import event_view, workflow_view
 
 EVENTS_PAGE_DEFAULT = 100
@@ -27,8 +27,6 @@ class WorkflowCollection(Resource):
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
         principal = req.context.principal
-        if principal.application_status != "ACTIVE":
-            raise WeaveError(Code.FORBIDDEN, "the application of this credential is disabled; it cannot start work")
         body = read_json(req, "start_workflow", self.body_limit)
         input_text = bounded_value_text(body["input"], "/input")
         workflow_id = body.get("workflow_id") or "wf_" + secrets.token_hex(16)
@@ -40,14 +38,7 @@ class WorkflowCollection(Resource):
             deadline_seconds=body["deadline_seconds"],
             request_digest=jsontext.digest({**body, "workflow_id": workflow_id}),
         )
-        facts, created = instances.start_workflow(
-            self.database,
-            principal.namespace_id,
-            principal.application_id,
-            principal.credential_id,
-            principal.actor,
-            request,
-        )
+        facts, created = instances.start_workflow(self.database, principal, request)
         send_json(resp, 201 if created else 200, workflow_view(facts))
 
 
@@ -60,9 +51,7 @@ class Workflow(Resource):
     )
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
-        facts = instances.read_workflow(self.database, principal.namespace_id, workflow_id)
-        if facts is None:
-            raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
+        facts = instances.read_workflow(self.database, principal, workflow_id)
         send_json(resp, 200, workflow_view(facts))
 
 
@@ -81,9 +70,7 @@ class WorkflowEvents(Resource):
         principal = req.context.principal
         after = query_int(req, "after", 0, 0, 2**32 - 1)
         limit = query_int(req, "limit", EVENTS_PAGE_DEFAULT, 1, EVENTS_PAGE_MAX)
-        rows = events.list_events(self.database, principal.namespace_id, workflow_id, after, limit + 1)
-        if rows is None:
-            raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
+        rows = instances.list_events(self.database, principal, workflow_id, after, limit + 1)
         page = rows[:limit]
         next_after = page[-1]["seq"] if len(rows) > limit else None
         send_json(resp, 200, {"events": [event_view(row) for row in page], "next_after": next_after})
@@ -106,13 +93,5 @@ class WorkflowControl(Resource):
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
         body = read_json(req, "control", self.body_limit)
-        facts = engine.control(
-            self.database,
-            principal.namespace_id,
-            workflow_id,
-            self.action,
-            body["reason"],
-            principal.credential_id,
-            principal.actor,
-        )
+        facts = engine.control(self.database, principal, workflow_id, self.action, body["reason"])
         send_json(resp, 200, workflow_view(facts))
