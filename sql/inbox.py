@@ -53,3 +53,13 @@ def claim(tx: Tx, inbox_id: int) -> dict | None:
 
 def mark_consumed(tx: Tx, inbox_id: int) -> None:
     tx.transition(MARK_CONSUMED, (tx.now(), inbox_id), f"consume inbox event {inbox_id}")
+
+
+SELECT_UNCONSUMED_OF_TASK = (
+    "SELECT id, attempts, available_at FROM inbox_events WHERE task_id = %s AND status = 'PENDING'"
+)
+
+
+def unconsumed_of_task(tx: Tx, task_id: int) -> dict | None:
+    """The task's inbox event if it is not consumed yet (not locked: only its backoff is read)."""
+    return tx.one(SELECT_UNCONSUMED_OF_TASK, (task_id,))

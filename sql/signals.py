@@ -327,6 +327,14 @@ def lock_pending_of_generation(tx: Tx, instance_id: int, step_key: str, sequence
     return tx.all(LOCK_PENDING_OF_GENERATION, (instance_id, step_key, sequence))
 
 
+SELECT_PAYLOAD = "SELECT id, accepted_at, payload FROM signals WHERE id = %s"
+
+
+def read_payload(tx: Tx, signal_id: int) -> dict:
+    """`id`, `accepted_at` and `payload` of a signal (not locked: a consumed signal does not change)."""
+    return tx.one(SELECT_PAYLOAD, (signal_id,))
+
+
 def reject(tx: Tx, signal_id: int, disposition: str) -> None:
     tx.transition(REJECT_SIGNAL, (disposition, tx.now(), signal_id), f"reject signal {signal_id} ({disposition})")
 

@@ -41,13 +41,24 @@ def create(
     kind: str,
     max_attempts: int,
     deadline_at: datetime,
+    available_at: datetime | None = None,
 ) -> int:
-    """A QUEUED task, claimable now. The caller holds the instance lock."""
+    """A QUEUED task, claimable from `available_at` (now by default). The caller holds the instance lock."""
     queue_row = tx.one(SELECT_QUEUE_ID, (namespace_id, queue))
     now = tx.now()
     return tx.insert(
         INSERT_TASK,
-        (namespace_id, queue_row["id"], instance_id, activation_id, kind, max_attempts, now, deadline_at, now),
+        (
+            namespace_id,
+            queue_row["id"],
+            instance_id,
+            activation_id,
+            kind,
+            max_attempts,
+            available_at or now,
+            deadline_at,
+            now,
+        ),
     )
 
 
@@ -358,3 +369,17 @@ SELECT_TASK = "SELECT id, activation_id, kind, status, attempt FROM tasks WHERE 
 def read(tx: Tx, task_id: int) -> dict:
     """A task's identity and state, not locked (for a settled task: final)."""
     return tx.one(SELECT_TASK, (task_id,))
+
+
+# The newest task of an activation is a POLL step's current round; its number is its position.
+LOCK_CURRENT_ROUND = """
+SELECT id, status, result, completed_at, cancel_requested,
+       (SELECT COUNT(*) FROM tasks r WHERE r.activation_id = t.activation_id) AS number
+FROM tasks t WHERE activation_id = %s ORDER BY id DESC LIMIT 1
+FOR UPDATE
+"""
+
+
+def lock_current_round(tx: Tx, activation_id: int) -> dict | None:
+    """A POLL activation's newest query task, locked: Pulse cannot settle it while it is decided."""
+    return tx.one(LOCK_CURRENT_ROUND, (activation_id,))
