@@ -420,7 +420,10 @@ def look_at_poll(
             return verdict  # a resume (ROOT checkpoint) or the re-enabled application looks again
         _open_round(tx, instance, activation, step, the_round.number + 1, decision.available_at)
         return "ROUND_OPENED"
-    if candidate_row is not None and decision.kind in (poll.SIGNAL_WINS, poll.TAKE_SIGNAL):
+    if candidate_row is not None and decision.signal_id == candidate_row["id"]:
+        # The signal wins, or is taken while the round runs, or was first before a report the
+        # signal cannot overwrite (C2.6): in every case it is the wait's winner, whichever path
+        # looked first.
         if not _proof_holds(tx, instance, candidate_row):
             _refuse_tampered(tx, instance, activation, candidate_row, actor)
             return "PROOF_MISMATCH"
