@@ -20,6 +20,7 @@ global order: instance -> activation -> wait -> signals -> tasks.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from weave import jsontext, schemas
 from weave.auth import Principal
@@ -27,6 +28,7 @@ from weave.db import Tx, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import control as control_rules
 from weave.rules import correlation, gate, poll, progress
+from weave.rules import review as review_rules
 from weave.rules import signals as signal_rules
 from weave.rules import waits as wait_rules
 from weave.schemas import linear
@@ -112,15 +114,8 @@ def control(tx: Tx, principal: Principal, workflow_id: str, action: str, reason:
     target = control_rules.transition(action, instance["status"])
     if target is None:
         raise WeaveError(Code.INVALID_STATE, f"cannot {action} a workflow that is {instance['status']}")
-    if action == "cancel":  # in lock order: activations, waits, signals, tasks
-        open_activations = activations.lock_active(tx, instance_id)
-        for activation in open_activations:
-            _settle_step(tx, instance, activation, "CANCELLED", None, None, actor)
-        for wait_id in waits.lock_waiting(tx, instance_id):
-            waits.settle(tx, wait_id, "CANCELLED")
-        signals.reject_all_pending(tx, instance_id, "INSTANCE_SETTLED")
-        for activation in open_activations:
-            tasks.cancel_open_tasks(tx, activation["id"])
+    if action == "cancel":
+        _end_steps(tx, instance, "CANCELLED", actor)
     _move_instance(tx, instance, target.status, target.gate, None, actor, {"action": action, "reason": reason})
     audit.record(
         tx,
@@ -134,6 +129,129 @@ def control(tx: Tx, principal: Principal, workflow_id: str, action: str, reason:
     if action == "resume":
         checkpoints.schedule_root(tx, instance_id, tx.now())
     return instances.read_facts(tx, namespace_id, workflow_id)
+
+
+def _end_steps(tx: Tx, instance: dict, status: str, actor: str) -> None:
+    """The instance ends (cancel, fail): every step that has not ended ends in `status`, waits are
+    cancelled, PENDING signals REJECTED/INSTANCE_SETTLED, queued tasks cancelled and running ones
+    asked to stop (P5). In lock order: activations, waits, signals, tasks."""
+    unended = activations.lock_unended(tx, instance["id"])
+    for activation in unended:
+        _settle_step(tx, instance, activation, status, None, None, actor, from_status=activation["status"])
+    for wait_id in waits.lock_waiting(tx, instance["id"]):
+        waits.settle(tx, wait_id, "CANCELLED")
+    signals.reject_all_pending(tx, instance["id"], "INSTANCE_SETTLED")
+    for activation in unended:
+        tasks.cancel_open_tasks(tx, activation["id"])
+
+
+# ---- review (R2, R3) ----------------------------------------------------------------------------
+
+
+@unit_of_work
+def review(
+    tx: Tx, principal: Principal, workflow_id: str, action: str, step_key: str | None, result: Any, reason: str
+) -> WorkflowFacts:
+    """R2: an operator repairs an instance in NEEDS_REVIEW: retry a step (a new generation),
+    complete it with a result, fail the instance or cancel it. One transaction, audited with the
+    reason and the generations before and after; 409 INVALID_STATE or TASK_IN_FLIGHT when refused.
+    `result` is the operator's value for complete_step (review_rules.ABSENT when not given)."""
+    instance_id = instances.addressed(tx, principal, workflow_id)["id"]
+    instance = instances.lock(tx, instance_id)
+    steps = definitions.document(tx, instance["definition_id"], instance["definition_digest"])["steps"]
+    index, step = next(((i, s) for i, s in enumerate(steps) if s["key"] == step_key), (None, None))
+    if action in review_rules.STEP_ACTIONS and step is None:
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            f"/step_key: the pinned definition has no step {step_key!r}",
+            [{"pointer": "/step_key", "message": "no such step in the pinned definition"}],
+        )
+    latest = activations.latest(tx, instance_id).get(step_key) if action in review_rules.STEP_ACTIONS else None
+    activation = wait = None
+    running = False
+    if latest is not None:  # in lock order: activation, wait, tasks
+        activation = activations.lock(tx, latest["id"])
+        wait = waits.lock_of_activation(tx, activation["id"])
+        running = any(task["status"] == "RUNNING" for task in tasks.lock_open_of_activation(tx, activation["id"]))
+    refused = review_rules.refusal(
+        review_rules.ReviewFacts(
+            action,
+            instance["status"],
+            activation["status"] if activation else None,
+            running,
+            gate.new_work(
+                gate.GateFacts("RUNNING", gate.OPEN, instance["application_status"], instance["deadline_at"], tx.now())
+            ),
+        )
+    )
+    if refused:
+        raise WeaveError(Code[refused.code], refused.detail)
+    actor = principal.actor
+    data = {"action": action, "reason": reason, "step": step_key}
+    if action == review_rules.COMPLETE_STEP:
+        result_text = _operator_result(step, result)
+        _close_generation(tx, instance, activation, wait, "STEP_SETTLED", wait_status="CANCELLED")
+        _settle_step(tx, instance, activation, "SUCCEEDED", result_text, None, actor, from_status="NEEDS_REVIEW")
+        data["activation_sequence"] = activation["activation_sequence"]
+    elif action == review_rules.RETRY_STEP:
+        _close_generation(tx, instance, activation, wait, "STALE_ACTIVATION", wait_status="SUPERSEDED")
+        _settle_step(tx, instance, activation, "SUPERSEDED", None, None, actor, from_status="NEEDS_REVIEW")
+        data.update(from_sequence=activation["activation_sequence"], to_sequence=activation["activation_sequence"] + 1)
+    if action in review_rules.STEP_ACTIONS:
+        instance = _move_instance(tx, instance, "RUNNING", gate.OPEN, None, actor, {"review": data})
+        if action == review_rules.RETRY_STEP:
+            activate(tx, instance, step, index, activation["activation_sequence"] + 1, actor)
+        else:
+            advance(tx, instance, actor)
+    else:
+        ended = "FAILED" if action == review_rules.FAIL else "CANCELLED"
+        _end_steps(tx, instance, ended, actor)
+        _move_instance(tx, instance, ended, gate.CLOSED, None, actor, {"review": data})
+    audit.record(
+        tx,
+        principal.namespace_id,
+        actor,
+        "workflow.review",
+        {"workflow_id": workflow_id, **data},
+        instance_id=instance_id,
+        credential_id=principal.credential_id,
+    )
+    return instances.read_facts(tx, principal.namespace_id, workflow_id)
+
+
+def _operator_result(step: dict, result: Any) -> str:
+    """complete_step's result, validated like a real one: the signal contract's schema (SIGNAL), the
+    final result's schema (POLL); its compact text (the resource has held it to 256 KiB)."""
+    if result is signal_rules.ABSENT:
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            "/result: complete_step needs the step's result",
+            [{"pointer": "/result", "message": "required for complete_step"}],
+        )
+    contract = step.get("signal") or step.get("final_signal")
+    if contract is not None:
+        problems = signal_rules.schema_problems(contract["payload_schema"], result, "/result")
+        if problems:
+            errors = [{"pointer": p.pointer, "message": p.message} for p in problems]
+            raise WeaveError(Code.VALIDATION_FAILED, f"{errors[0]['pointer']}: {errors[0]['message']}", errors)
+    return jsontext.compact(result)
+
+
+def _close_generation(
+    tx: Tx, instance: dict, activation: dict, wait: dict | None, disposition: str, wait_status: str
+) -> None:
+    """What hangs off an activation an operator settles: its (locked) wait ends (`wait_status`), its
+    PENDING signals are REJECTED with `disposition`, its queued tasks are cancelled (none runs: the
+    caller checked, holding their locks)."""
+    if wait is not None and wait["status"] != "SUPERSEDED":
+        if wait_status == "SUPERSEDED":
+            waits.supersede(tx, wait["id"])
+        elif wait["status"] == "WAITING":
+            waits.settle(tx, wait["id"], wait_status)
+    signals.reject_pending_of_generation(
+        tx, instance["id"], activation["step_key"], activation["activation_sequence"], disposition
+    )
+    tasks.cancel_open_tasks(tx, activation["id"])
 
 
 # ---- advancing an instance --------------------------------------------------------------------------
@@ -568,9 +686,10 @@ def _settle_step(
     result_text: str | None,
     review_reason: str | None,
     actor: str,
+    from_status: str = "ACTIVE",
 ) -> None:
-    """The locked ACTIVE activation ends in `status`, with its event and audit record."""
-    activations.settle(tx, activation["id"], status, result_text, review_reason)
+    """The locked activation ends in `status`, with its event and audit record."""
+    activations.settle(tx, activation["id"], status, result_text, review_reason, from_status)
     data = {"step": activation["step_key"], "activation_sequence": activation["activation_sequence"]}
     if review_reason:
         data["review_reason"] = review_reason

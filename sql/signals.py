@@ -316,6 +316,10 @@ CONSUME_SIGNAL = """
 UPDATE signals SET status = 'CONSUMED', consumed_wait_id = %s, consumed_at = %s, settled_at = %s
 WHERE id = %s AND status = 'PENDING'
 """
+REJECT_PENDING_OF_GENERATION = """
+UPDATE signals SET status = 'REJECTED', disposition = %s, settled_at = %s
+WHERE instance_id = %s AND target_step_key = %s AND target_activation_sequence = %s AND status = 'PENDING'
+"""
 REJECT_PENDING_OF_INSTANCE = """
 UPDATE signals SET status = 'REJECTED', disposition = %s, settled_at = %s
 WHERE instance_id = %s AND status = 'PENDING'
@@ -342,6 +346,11 @@ def reject(tx: Tx, signal_id: int, disposition: str) -> None:
 def consume(tx: Tx, signal_id: int, wait_id: int) -> None:
     now = tx.now()
     tx.transition(CONSUME_SIGNAL, (wait_id, now, now, signal_id), f"consume signal {signal_id}")
+
+
+def reject_pending_of_generation(tx: Tx, instance_id: int, step_key: str, sequence: int, disposition: str) -> int:
+    """Every PENDING signal aimed at one step generation (any number, none included) is REJECTED."""
+    return tx.execute(REJECT_PENDING_OF_GENERATION, (disposition, tx.now(), instance_id, step_key, sequence))
 
 
 def reject_all_pending(tx: Tx, instance_id: int, disposition: str) -> int:

@@ -335,6 +335,11 @@ FROM tasks WHERE activation_id = %s AND status IN ('QUEUED', 'RUNNING') ORDER BY
 """
 
 
+def lock_open_of_activation(tx: Tx, activation_id: int) -> list[dict]:
+    """The activation's QUEUED and RUNNING tasks, locked: none can start or end while they are held."""
+    return tx.all(LOCK_OPEN_TASKS_OF_ACTIVATION, (activation_id,))
+
+
 def cancel_open_tasks(tx: Tx, activation_id: int) -> list[str]:
     """P5: QUEUED tasks of the activation are CANCELLED at once (with their inbox event); RUNNING
     ones get a cancel intent and keep lease, permit and step until the worker reports.

@@ -37,6 +37,10 @@ UPDATE waits SET status = 'SATISFIED', winner_signal_id = %s, settled_at = %s
 WHERE id = %s AND status = 'WAITING' AND winner_signal_id IS NULL
 """
 SETTLE_WAIT = "UPDATE waits SET status = %s, settled_at = %s WHERE id = %s AND status = 'WAITING'"
+# A retried step's old wait, whatever became of it; its winner, if any, stays recorded (R2).
+SUPERSEDE_WAIT = """
+UPDATE waits SET status = 'SUPERSEDED', settled_at = COALESCE(settled_at, %s) WHERE id = %s AND status <> 'SUPERSEDED'
+"""
 
 
 def insert(
@@ -91,3 +95,7 @@ def satisfy(tx: Tx, wait_id: int, winner_signal_id: int | None) -> None:
 def settle(tx: Tx, wait_id: int, status: str) -> None:
     """WAITING -> EXPIRED or CANCELLED."""
     tx.transition(SETTLE_WAIT, (status, tx.now(), wait_id), f"settle wait {wait_id} as {status}")
+
+
+def supersede(tx: Tx, wait_id: int) -> None:
+    tx.transition(SUPERSEDE_WAIT, (tx.now(), wait_id), f"supersede wait {wait_id}")

@@ -114,6 +114,7 @@ OPERATIONS = [
     ("POST", f"{N}/workflows/{{workflow_id}}/pause", "WORKFLOW_NOT_FOUND", {"workflows:control"}),
     ("POST", f"{N}/workflows/{{workflow_id}}/resume", "WORKFLOW_NOT_FOUND", {"workflows:control"}),
     ("POST", f"{N}/workflows/{{workflow_id}}/cancel", "WORKFLOW_NOT_FOUND", {"workflows:control"}),
+    ("POST", f"{N}/workflows/{{workflow_id}}/review", "WORKFLOW_NOT_FOUND", {"workflows:review"}),
     ("POST", f"{N}/workflows/{{workflow_id}}/signals", "WORKFLOW_NOT_FOUND", {"workflows:signal"}),
     ("GET", f"{N}/workflows/{{workflow_id}}/signals", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
     ("GET", f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}", "WORKFLOW_NOT_FOUND", {"workflows:read"}),

@@ -8,7 +8,7 @@ from weave import errors, openapi
 from weave.config import Config
 from weave.db import Database
 from weave.http import Authenticate
-from weave.resources import definitions, health, signals, tasks, workflows
+from weave.resources import definitions, health, review, signals, tasks, workflows
 from weave.resources.openapi import OpenApiDocument
 
 N = "/v1/namespaces/{namespace}"
@@ -28,6 +28,7 @@ def routes(database: Database, config: Config) -> list[tuple[str, object]]:
             (f"{N}/workflows/{{workflow_id}}/{action}", workflows.WorkflowControl(database, limit, action))
             for action in ("pause", "resume", "cancel")
         ],
+        (f"{N}/workflows/{{workflow_id}}/review", review.WorkflowReview(database, limit)),
         (f"{N}/workflows/{{workflow_id}}/signals", signals.WorkflowSignals(database, limit)),
         (f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}", signals.WorkflowSignal(database)),
         (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit)),
