@@ -2,13 +2,14 @@
 
 import http.client
 import json
-import threading
+import socket
 
 import pytest
-import waitress
+from helpers import serving
 
-from weave.app import create_app, waitress_options
+from weave.app import create_app
 from weave.config import Config
+from weave.server import create_server
 
 DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}]}
 
@@ -160,11 +161,9 @@ def test_garbage_never_gives_500_and_stores_nothing(client, database, tenant, pa
 def test_waitress_cap_answers_413_before_the_app_reads(config, database, tenant):
     """The real server path: waitress itself refuses a body over max_request_body_size."""
     cap = 4096
-    app = create_app(Config(config.database_url, max_body_bytes=cap), database)
-    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=2, **waitress_options(cap))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
+    app_config = Config(config.database_url, max_body_bytes=cap, threads=2)
+    listener = socket.create_server(("127.0.0.1", 0))
+    with serving(create_server(create_app(app_config, database), listener, app_config)) as server:
         headers = {**tenant.headers("definitions:write"), "Content-Type": "application/json"}
 
         def post(body: bytes) -> int:
@@ -177,5 +176,3 @@ def test_waitress_cap_answers_413_before_the_app_reads(config, database, tenant)
         at_cap = json.dumps(DOC).encode().ljust(cap, b" ")
         assert post(at_cap) == 201
         assert post(at_cap + b" ") == 413
-    finally:
-        server.close()

@@ -47,12 +47,3 @@ def create_app(config: Config, database: Database | None = None) -> falcon.App:
     document.document = openapi.build(served)
     errors.install(app)
     return app
-
-
-def waitress_options(max_body_bytes: int) -> dict:
-    """waitress buffers whole bodies before the app runs, so it must enforce the cap itself.
-
-    It refuses a body whose length is *equal to or above* its limit, hence the +1: a body of
-    exactly `max_body_bytes` is allowed, one byte more gets 413 before it is read.
-    """
-    return {"max_request_body_size": max_body_bytes + 1, "ident": "weave"}

@@ -7,16 +7,29 @@ one worker per socket: the kernel spreads new connections over the sockets by ad
 shared socket would not spread keep-alive connections: the first worker to wake accepts them all.)
 The parent only supervises: a worker that dies is replaced on the same socket; SIGTERM or SIGINT
 stops them all. Run about one process per core the API may use.
+
+Connections (issue 10, item 1). With waitress's defaults, 100 connections that send nothing shut
+a process for minutes: it stops accepting at 100 open connections (`connection_limit`) and closes
+an idle one after 120 s (`channel_timeout`, looked for every 30 s). Here each process accepts up
+to CONNECTION_LIMIT connections, watches them with poll() (select() refuses descriptor numbers
+above 1023), closes a connection without a request in progress once it has sent nothing for the
+idle timeout (looked for every second), and raises its soft file-descriptor limit so that the
+connections and the database pool fit. Memory per connection is bounded by MAX_HEADER_BYTES plus
+waitress's in-memory part of a buffered body (`inbuf_overflow`); larger bodies go to a temporary
+file.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
 import time
+
+import waitress
 
 from weave.config import Config
 from weave.db import Database, DatabaseUrl
@@ -26,12 +39,25 @@ log = logging.getLogger(__name__)
 
 BACKLOG = 1024
 RESTART_PAUSE_SECONDS = 1.0  # a worker that fails at start must not turn the parent into a fork loop
+# Open connections per process; beyond it, new connections wait in the listen backlog until idle
+# ones are closed. Twice the 1,000 idle connections a process must shrug off (issue 10).
+CONNECTION_LIMIT = 2048
+IDLE_CHECK_SECONDS = 1  # how often waitress looks for idle connections (`cleanup_interval`)
+# The request line and headers. Weave's requests carry a token and an idempotency key; nginx's
+# default buffers refuse more than 32 KiB anyway. waitress's default (256 KiB) times the
+# connection limit would let idle-looking connections hold 512 MiB.
+MAX_HEADER_BYTES = 64 * 1024
+# Descriptors: one per connection plus one more while a large body is buffered in a temporary
+# file; the pool's connections; and a reserve (listener, wake-up pipe, standard streams, logs).
+FILES_PER_CONNECTION = 2
+FILES_RESERVED = 64
+POOL_SPARE = 4  # database connections beyond one per thread (readiness checks, the authenticator)
 
 
-def serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes: int, processes: int = 1) -> None:
+def serve(config: Config, host: str, port: int, processes: int = 1) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     if processes == 1:
-        _run_worker(socket.create_server((host, port), family=family, backlog=BACKLOG), url, threads, max_body_bytes)
+        _run_worker(socket.create_server((host, port), family=family, backlog=BACKLOG), config)
         return
     listeners = []
     for _ in range(processes):
@@ -49,7 +75,7 @@ def serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes: 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     for listener in listeners:
-        workers[_fork_worker(listener, url, threads, max_body_bytes)] = listener
+        workers[_fork_worker(listener, config)] = listener
     while workers:
         pid, status = os.wait()
         listener = workers.pop(pid, None)
@@ -57,21 +83,65 @@ def serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes: 
             log.error("API worker %d ended (wait status %d); starting another", pid, status)
             time.sleep(RESTART_PAUSE_SECONDS)
             if not stopping:  # SIGTERM may have come during the pause
-                workers[_fork_worker(listener, url, threads, max_body_bytes)] = listener
+                workers[_fork_worker(listener, config)] = listener
 
 
-def _run_worker(listener: socket.socket, url: DatabaseUrl, threads: int, max_body_bytes: int) -> None:
+def create_server(app, listener: socket.socket, config: Config, connection_limit: int = CONNECTION_LIMIT):
+    """A waitress server of `app` on `listener` with Weave's limits; `run()` serves until stopped."""
+    return waitress.create_server(
+        app,
+        sockets=[listener],
+        threads=config.threads,
+        ident="weave",
+        backlog=BACKLOG,
+        connection_limit=connection_limit,
+        channel_timeout=config.idle_timeout_seconds,
+        cleanup_interval=IDLE_CHECK_SECONDS,
+        asyncore_use_poll=True,
+        max_request_header_size=MAX_HEADER_BYTES,
+        # waitress buffers whole bodies before the app runs, so it enforces the cap itself; it
+        # refuses a body *equal to* its limit, hence the + 1
+        max_request_body_size=config.max_body_bytes + 1,
+    )
+
+
+def _fit_file_limit(connections: int, pool: int) -> int:
+    """Raise the soft RLIMIT_NOFILE (never above the hard one) so that `connections` fit beside a
+    pool of `pool` database connections; the number of connections that fit."""
+    needed = connections * FILES_PER_CONNECTION + pool + FILES_RESERVED
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return connections
+    if soft < needed:
+        soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    fitting = (soft - pool - FILES_RESERVED) // FILES_PER_CONNECTION
+    if fitting < connections:
+        log.warning(
+            "the file descriptor limit (%d, hard %d) fits %d connections, not %d: raise the hard limit",
+            soft,
+            hard,
+            fitting,
+            connections,
+        )
+        return max(fitting, 1)
+    return connections
+
+
+def _run_worker(listener: socket.socket, config: Config) -> None:
     """Serve the API on `listener` in this process, with its own connection pool."""
-    import waitress
+    from weave.app import create_app
 
-    from weave.app import create_app, waitress_options
+    pool = config.threads + POOL_SPARE
+    connections = _fit_file_limit(CONNECTION_LIMIT, pool)
+    app = create_app(config, Database(DatabaseUrl.parse(config.database_url), pool_size=pool))
+    server = create_server(app, listener, config, connections)
+    host, port = listener.getsockname()[:2]
+    log.info("serving on http://%s:%s (process %d, up to %d connections)", host, port, os.getpid(), connections)
+    server.run()
 
-    config = Config(database_url=url.yoyo_url(), max_body_bytes=max_body_bytes)
-    app = create_app(config, Database(url, pool_size=threads + 4))
-    waitress.serve(app, sockets=[listener], threads=threads, **waitress_options(max_body_bytes))
 
-
-def _fork_worker(listener: socket.socket, url: DatabaseUrl, threads: int, max_body_bytes: int) -> int:
+def _fork_worker(listener: socket.socket, config: Config) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -81,7 +151,7 @@ def _fork_worker(listener: socket.socket, url: DatabaseUrl, threads: int, max_bo
     die_with_parent()
     code = 0
     try:
-        _run_worker(listener, url, threads, max_body_bytes)
+        _run_worker(listener, config)
     except BaseException:
         log.exception("API worker failed")
         code = 1
