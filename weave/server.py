@@ -17,6 +17,9 @@ idle timeout (looked for every second), and raises its soft file-descriptor limi
 connections and the database pool fit. Memory per connection is bounded by MAX_HEADER_BYTES plus
 waitress's in-memory part of a buffered body (`inbuf_overflow`); larger bodies go to a temporary
 file.
+
+Errors (item 9). waitress answers some requests itself, before the application runs; `create_server`
+makes those answers problem+json too (see ProblemErrorTask).
 """
 
 from __future__ import annotations
@@ -29,10 +32,15 @@ import socket
 import sys
 import time
 
+import falcon
 import waitress
+from waitress.channel import HTTPChannel
+from waitress.task import ErrorTask
 
+from weave import errors
 from weave.config import Config
 from weave.db import Database, DatabaseUrl
+from weave.errors import Code
 from weave.processes import die_with_parent
 
 log = logging.getLogger(__name__)
@@ -47,11 +55,19 @@ IDLE_CHECK_SECONDS = 1  # how often waitress looks for idle connections (`cleanu
 # default buffers refuse more than 32 KiB anyway. waitress's default (256 KiB) times the
 # connection limit would let idle-looking connections hold 512 MiB.
 MAX_HEADER_BYTES = 64 * 1024
+# waitress holds a body whole before the application runs, so its limit bounds what one request
+# makes a process store. It is set above the application's cap (see `weave.http.BodyCap`) so that
+# a body just over the cap gets the application's answer after it was read, on a connection that
+# stays usable; a body that declares more than this many times the cap is refused by waitress
+# from its Content-Length before a byte of it is read (the same problem+json, then the connection
+# is closed).
+WAITRESS_BODY_LIMIT_FACTOR = 2
 # Descriptors: one per connection plus one more while a large body is buffered in a temporary
 # file; the pool's connections; and a reserve (listener, wake-up pipe, standard streams, logs).
 FILES_PER_CONNECTION = 2
 FILES_RESERVED = 64
 POOL_SPARE = 4  # database connections beyond one per thread (readiness checks, the authenticator)
+DETAIL_CHARS = 200  # waitress quotes the offending header line; the answer need not echo all of it
 
 
 def serve(config: Config, host: str, port: int, processes: int = 1) -> None:
@@ -88,7 +104,7 @@ def serve(config: Config, host: str, port: int, processes: int = 1) -> None:
 
 def create_server(app, listener: socket.socket, config: Config, connection_limit: int = CONNECTION_LIMIT):
     """A waitress server of `app` on `listener` with Weave's limits; `run()` serves until stopped."""
-    return waitress.create_server(
+    server = waitress.create_server(
         app,
         sockets=[listener],
         threads=config.threads,
@@ -99,10 +115,69 @@ def create_server(app, listener: socket.socket, config: Config, connection_limit
         cleanup_interval=IDLE_CHECK_SECONDS,
         asyncore_use_poll=True,
         max_request_header_size=MAX_HEADER_BYTES,
-        # waitress buffers whole bodies before the app runs, so it enforces the cap itself; it
-        # refuses a body *equal to* its limit, hence the + 1
-        max_request_body_size=config.max_body_bytes + 1,
+        # waitress refuses a body *equal to* its limit, hence the + 1
+        max_request_body_size=WAITRESS_BODY_LIMIT_FACTOR * config.max_body_bytes + 1,
     )
+    # waitress builds a channel per connection from the server's `channel_class`, and the channel
+    # renders waitress's own refusals with its `error_task_class`: both are class attributes meant
+    # to be overridden (waitress's own tests and WebTest do so). Setting them on this one server
+    # changes nothing else in the process and no waitress code. One listening socket makes
+    # `create_server` return the server itself.
+    server.channel_class = ProblemChannel
+    server.max_body_bytes = config.max_body_bytes  # the cap ProblemErrorTask names, not waitress's
+    return server
+
+
+class ProblemErrorTask(ErrorTask):
+    """waitress's answer to a request it refuses before the application runs, as problem+json.
+
+    waitress answers itself a malformed request line or header and bad chunked framing (400),
+    a request line and headers over MAX_HEADER_BYTES (431), a body over its own limit (413), a
+    Transfer-Encoding it does not implement (501), and an exception that escapes the WSGI
+    application (500; Falcon's catch-all handler in weave.errors answers the application's own
+    exceptions, so only a failure outside them gets here). Its ErrorTask writes those as
+    text/plain; this writes the same status with the body every other error has. The connection is closed afterwards, as waitress does: after a framing error
+    the rest of the stream cannot be trusted.
+    """
+
+    def execute(self) -> None:
+        error = self.request.error
+        code = _WAITRESS_ERRORS.get(error.code) or (Code.BAD_REQUEST if error.code < 500 else Code.INTERNAL)
+        # The message may quote the request (a header line): logged as a repr, so it cannot forge a line.
+        log.info("refused before the application: %d %s: %r", code.status, code.name, error.body[:DETAIL_CHARS])
+        body = errors.problem_text(code, self._detail(code, error.body)).encode("utf-8")
+        self.status = falcon.code_to_http_status(code.status)
+        self.response_headers.append(("Content-Type", errors.PROBLEM_JSON))
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+
+    def _detail(self, code: Code, message: str) -> str:
+        server = self.channel.server
+        if code is Code.PAYLOAD_TOO_LARGE:
+            length = self.request.content_length  # 0 for a chunked body: its length is not declared
+            if length:
+                return f"the body has {length} bytes; the limit is {server.max_body_bytes}"
+            return f"the body is over the limit of {server.max_body_bytes} bytes"
+        if code is Code.HEADERS_TOO_LARGE:
+            return f"the request line and headers are over the limit of {server.adj.max_request_header_size} bytes"
+        if code is Code.INTERNAL:
+            return "an internal error occurred; it has been logged"
+        if len(message) > DETAIL_CHARS:
+            message = message[:DETAIL_CHARS] + "…"
+        if code is Code.NOT_IMPLEMENTED:
+            return message  # "Transfer-Encoding requested is not supported."
+        return f"malformed HTTP request: {message}"
+
+
+_WAITRESS_ERRORS = {
+    code.status: code
+    for code in (Code.BAD_REQUEST, Code.PAYLOAD_TOO_LARGE, Code.HEADERS_TOO_LARGE, Code.NOT_IMPLEMENTED, Code.INTERNAL)
+}
+
+
+class ProblemChannel(HTTPChannel):
+    error_task_class = ProblemErrorTask
 
 
 def _fit_file_limit(connections: int, pool: int) -> int:
