@@ -1,12 +1,17 @@
 """Plain helpers that test modules import (`from helpers import ...`); fixtures stay in conftest.py.
 
 `Tenant`/`make_tenant` set up a namespace to test in, `Flow` drives workflows through the HTTP API
-and the scanner, and the rest are definition documents and signal bodies that several tests share.
+and the scanner, `serving` runs a real waitress server in a thread, and the rest are definition
+documents and signal bodies that several tests share.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass
+
+from waitress import wasyncore
 
 from weave import auth
 from weave.db import Database
@@ -48,6 +53,19 @@ class Tenant:
     def principal(self, *scopes: str, **kwargs) -> auth.Principal:
         """What a request with a new credential of these scopes and grants is authorized as."""
         return tenancy.authenticate(self.database, auth.token_hash(self.token(*scopes, **kwargs)))
+
+
+@contextlib.contextmanager
+def serving(server):
+    """Run a waitress server (from `weave.server.create_server`) in a thread; stop it afterwards."""
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.task_dispatcher.shutdown()
+        wasyncore.close_all(server._map)  # every connection and the listener: the loop then ends
+        thread.join(10)
 
 
 def make_tenant(database: Database, namespace: str, queues: dict[str, int]) -> Tenant:

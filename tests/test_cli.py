@@ -129,3 +129,25 @@ def test_body_cap_comes_from_the_environment_or_the_default(monkeypatch):
         monkeypatch.setenv("WEAVE_MAX_BODY_BYTES", bad)
         with pytest.raises(SystemExit, match="WEAVE_MAX_BODY_BYTES"):
             max_body_bytes_from_env()
+
+
+def test_issue_10_1_idle_timeout_comes_from_the_flag_the_environment_or_the_default(monkeypatch):
+    from weave.cli import _server_config, build_parser
+    from weave.config import DEFAULT_IDLE_TIMEOUT_SECONDS, idle_timeout_from_env
+    from weave.db import DatabaseUrl
+
+    def idle_timeout(*argv: str) -> int:
+        args = build_parser().parse_args(list(argv))
+        return _server_config(args, DatabaseUrl.parse("mysql://u:p@127.0.0.1:3306/db")).idle_timeout_seconds
+
+    monkeypatch.delenv("WEAVE_IDLE_TIMEOUT", raising=False)
+    assert idle_timeout("serve") == DEFAULT_IDLE_TIMEOUT_SECONDS == 10
+    monkeypatch.setenv("WEAVE_IDLE_TIMEOUT", "3")
+    assert idle_timeout("serve") == idle_timeout("dev") == 3
+    assert idle_timeout("serve", "--idle-timeout", "5") == 5
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--idle-timeout", "0"])
+    for bad in ("0", "-1", "1.5", "soon"):
+        monkeypatch.setenv("WEAVE_IDLE_TIMEOUT", bad)
+        with pytest.raises(SystemExit, match="WEAVE_IDLE_TIMEOUT"):
+            idle_timeout_from_env()

@@ -18,7 +18,15 @@ import threading
 from pathlib import Path
 
 from weave import auth, migrate, server
-from weave.config import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_THREADS, max_body_bytes_from_env
+from weave.config import (
+    DEFAULT_HOST,
+    DEFAULT_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_PORT,
+    DEFAULT_THREADS,
+    Config,
+    idle_timeout_from_env,
+    max_body_bytes_from_env,
+)
 from weave.db import Database, DatabaseError, DatabaseUrl
 from weave.errors import Code, WeaveError
 from weave.scanner import IDLE_SECONDS, Scanner
@@ -95,15 +103,18 @@ def cmd_migrate(args) -> int:
     return 0
 
 
-def cmd_serve(args) -> int:
-    server.serve(
-        _database_url(args),
-        args.host,
-        args.port,
-        args.threads,
-        args.max_body_bytes or max_body_bytes_from_env(),
-        args.processes,
+def _server_config(args, url: DatabaseUrl) -> Config:
+    """What `serve` and `dev` give each API process: flags first, then the environment, then defaults."""
+    return Config(
+        database_url=url.yoyo_url(),
+        max_body_bytes=args.max_body_bytes or max_body_bytes_from_env(),
+        threads=args.threads,
+        idle_timeout_seconds=args.idle_timeout or idle_timeout_from_env(),
     )
+
+
+def cmd_serve(args) -> int:
+    server.serve(_server_config(args, _database_url(args)), args.host, args.port, args.processes)
     return 0
 
 
@@ -169,7 +180,7 @@ def cmd_dev(args) -> int:
         scanner = threading.Thread(target=Scanner(Database(url)).run, args=(stop,), name="scanner", daemon=True)
         scanner.start()
         try:
-            server.serve(url, args.host, args.port, args.threads, max_body_bytes_from_env())
+            server.serve(_server_config(args, url), args.host, args.port)
         finally:
             stop.set()
             scanner.join(timeout=10)
@@ -296,18 +307,26 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--host", default=DEFAULT_HOST)
         p.add_argument("--port", type=int, default=DEFAULT_PORT)
         p.add_argument("--threads", type=_positive, default=DEFAULT_THREADS)
+        p.add_argument(
+            "--max-body-bytes",
+            type=_positive,
+            default=None,
+            help="request bodies above this get 413 before they are read (default: $WEAVE_MAX_BODY_BYTES or 1 MiB)",
+        )
+        p.add_argument(
+            "--idle-timeout",
+            type=_positive,
+            default=None,
+            metavar="SECONDS",
+            help="close a connection that has sent nothing for this long with no request in progress "
+            f"(default: $WEAVE_IDLE_TIMEOUT or {DEFAULT_IDLE_TIMEOUT_SECONDS})",
+        )
         if name == "serve":
             p.add_argument(
                 "--processes",
                 type=_positive,
                 default=1,
                 help="API worker processes sharing the port (a Python process runs on one core)",
-            )
-            p.add_argument(
-                "--max-body-bytes",
-                type=_positive,
-                default=None,
-                help="request bodies above this get 413 before they are read (default: $WEAVE_MAX_BODY_BYTES or 1 MiB)",
             )
         p.set_defaults(run=run)
 

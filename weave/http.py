@@ -6,8 +6,10 @@
 - `Authenticate` middleware is the one place that authorizes a request from that mark: it
   refuses an unmarked responder, and for every responder not marked `public` it resolves the
   bearer token into `req.context.principal` and checks namespace (404) and scope (403).
-- `read_json(req, schema, limit)` enforces the body cap before reading (413), the media type
-  (415), exact JSON (400) and the schema (422).
+- `BodyCap` middleware refuses, on every route, a body whose Content-Length is over the cap
+  (413) before anything reads it.
+- `read_json(req, schema, limit)` reads at most the cap (413 beyond, for a body of undeclared
+  length), then checks the media type (415), exact JSON (400) and the schema (422).
 """
 
 from __future__ import annotations
@@ -62,6 +64,21 @@ class Resource:
     def __init__(self, database: Database, body_limit: int = 0):
         self.database = database
         self.body_limit = body_limit
+
+
+class BodyCap:
+    """Falcon middleware: a body over the cap is refused from its declared length (413), on every
+    route (those that take no body and unknown ones too), before routing, authentication or any
+    read. waitress has read the body already (its own limit is set above this cap, see
+    `weave.server`), so the connection stays usable after this answer."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        length = req.content_length  # Falcon answers 400 for a malformed or negative Content-Length
+        if length is not None and length > self.limit:
+            raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the body has {length} bytes; the limit is {self.limit}")
 
 
 class Authenticate:
@@ -123,9 +140,10 @@ class Authenticate:
 
 
 def read_json(req: falcon.Request, schema: str, limit: int) -> Any:
-    """The request body parsed exactly and validated against `weave/schemas/<schema>.json`."""
-    if req.content_length is not None and req.content_length > limit:
-        raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the body has {req.content_length} bytes; the limit is {limit}")
+    """The request body parsed exactly and validated against `weave/schemas/<schema>.json`.
+
+    A declared length over the cap was refused by `BodyCap` already; the bounded read covers a
+    body whose length a WSGI server does not declare."""
     media_type = (req.content_type or "").split(";", 1)[0].strip().lower()
     if media_type != JSON:
         raise WeaveError(Code.UNSUPPORTED_MEDIA_TYPE, f"send Content-Type: {JSON} (got {req.content_type or 'none'})")
