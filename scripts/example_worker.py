@@ -106,7 +106,8 @@ def main() -> int:
             if status == 204:
                 continue
             if task["kind"] == "QUERY":
-                print(f"{task['workflow_id']} {task['step_key']}: asking the carrier", flush=True)
+                if args.query_seconds:
+                    print(f"{task['workflow_id']} {task['step_key']}: asking the carrier (slow)", flush=True)
                 outcome, result = query(args, prefix, task, carrier)
             else:
                 outcome, result = "SUCCEEDED", work(task)
