@@ -8,8 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from weave import auth, migrate
-from weave.cli import main
+from weave import auth, migrate, schemas
+from weave.cli import DEV_DEFINITION, DEV_POLL_DEFINITION, main
+from weave.rules import definitions as definition_rules
 from weave.sql import tenancy
 
 
@@ -151,3 +152,10 @@ def test_issue_10_1_idle_timeout_comes_from_the_flag_the_environment_or_the_defa
         monkeypatch.setenv("WEAVE_IDLE_TIMEOUT", bad)
         with pytest.raises(SystemExit, match="WEAVE_IDLE_TIMEOUT"):
             idle_timeout_from_env()
+
+
+@pytest.mark.parametrize("document", [DEV_DEFINITION, DEV_POLL_DEFINITION], ids=["order", "shipment"])
+def test_weave_dev_definitions_pass_the_checks_of_the_publish_api(document):
+    # `weave dev` publishes them without going through the API, so check here what the API checks (D1).
+    schemas.validate("definition", document)
+    assert definition_rules.problems(document) == []

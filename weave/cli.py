@@ -60,6 +60,33 @@ DEV_DEFINITION = {
         {"key": "ship", "type": "TASK", "queue": DEV_QUEUE, "max_attempts": 3, "timeout_seconds": 300},
     ],
 }
+# The second walk-through: track a parcel (POLL). Query rounds ask the carrier where the parcel is,
+# the next one a few seconds after each PENDING answer, while the carrier's webhook may send the
+# final answer first. A definition of its own, so that `order` v1 and its walk-through stay as they are.
+DEV_POLL_INTERVAL = 5
+DEV_POLL_DEFINITION = {
+    "name": "shipment",
+    "steps": [
+        {
+            "key": "track",
+            "type": "POLL",
+            "queue": DEV_QUEUE,
+            "interval_seconds": DEV_POLL_INTERVAL,
+            "timeout_seconds": 3600,
+            "max_attempts": 3,
+            "correlation": "/input/tracking_number",
+            "final_signal": {
+                "name": "shipment.final",
+                "payload_version": "v1",
+                "payload_schema": {
+                    "type": "object",
+                    "required": ["status"],
+                    "properties": {"status": {"type": "string"}},
+                },
+            },
+        },
+    ],
+}
 
 
 def _name(text: str) -> str:
@@ -167,7 +194,10 @@ def cmd_dev(args) -> int:
             }
         )
         print(f"Weave dev: {base}  (database {url.yoyo_url()})")
-        print(f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definition order v1 (reserve -> payment -> ship)")
+        print(
+            f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definitions order v1 (reserve -> payment -> ship) "
+            f"and shipment v1 (track: POLL, {DEV_POLL_INTERVAL} s between rounds)"
+        )
         print(f"client token (all workflow scopes): {client_token}")
         print(f"worker token (tasks:work on {DEV_QUEUE}):   {worker_token}")
         print("start a workflow:")
@@ -222,9 +252,10 @@ def _dev_tenant(database: Database) -> tuple[str, str]:
         None,
     )
     principal = tenancy.authenticate(database, auth.token_hash(client_token))
-    definitions.publish_definition(
-        database, principal.namespace_id, DEV_DEFINITION, principal.credential_id, principal.actor
-    )
+    for document in (DEV_DEFINITION, DEV_POLL_DEFINITION):  # an unchanged document keeps its version (D1)
+        definitions.publish_definition(
+            database, principal.namespace_id, document, principal.credential_id, principal.actor
+        )
     return client_token, worker_token
 
 
