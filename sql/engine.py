@@ -74,7 +74,7 @@ def consume_inbox_event(tx: Tx, inbox_id: int) -> str | None:
     activation = activations.lock(tx, task["activation_id"])
     inbox.mark_consumed(tx, inbox_id)
     if task["kind"] == "QUERY":
-        events.append(tx, instance["id"], "QUERY_RESULT_RECORDED", _report_data(task, event, activation))
+        _record_report(tx, instance, activation, _step(tx, instance, activation), event)
         if activation["status"] != "ACTIVE":
             return "RECORDED"  # later results do not reopen a settled or reviewed step (C2.7)
         return look_at_poll(tx, instance, activation, _step(tx, instance, activation), SCANNER, inbox_path=True)
@@ -500,11 +500,16 @@ def look_at_poll(
     current = tasks.lock_current_round(tx, activation["id"])
     now = tx.now()
     if not inbox_path and current["status"] not in poll.OPEN:
-        unconsumed = inbox.unconsumed_of_task(tx, current["id"])
+        unconsumed = inbox.claim_of_task(tx, current["id"])
         if unconsumed is not None and unconsumed["attempts"] > 0 and unconsumed["available_at"] > now:
             # C5: the round's report failed to apply and waits for its retry: never decide without it.
             checkpoints.schedule_root(tx, instance["id"], unconsumed["available_at"])
             return "DEFERRED"
+        if unconsumed is not None:
+            # C5: decide with the stored report, and record it first, so the history shows every
+            # fact before the decision it made.
+            inbox.mark_consumed(tx, unconsumed["id"])
+            _record_report(tx, instance, activation, step, unconsumed)
     the_round = _round(current, step)
     candidate_row = taken = candidate = None
     if waiting:
@@ -569,18 +574,22 @@ def look_at_poll(
     return "REVIEW"
 
 
+def _report(result_text: str | None, step: dict) -> tuple[str, Any]:
+    """(PENDING | FINAL | INVALID, the FINAL result) of a round that SUCCEEDED; a FINAL result must
+    also fit the final signal's schema (C2.6)."""
+    report, result = poll.parse_report(jsontext.loads(result_text) if result_text is not None else None)
+    contract = step.get("final_signal")
+    if report == poll.FINAL and contract is not None:
+        if schemas.errors_of(schemas.payload_validator(contract["payload_schema"]), result):
+            return poll.INVALID, None
+    return report, result
+
+
 def _round(task: dict, step: dict) -> poll.Round:
-    """The current round's facts; a FINAL result must also fit the final signal's schema (C2.6)."""
+    """The current round's facts."""
     report = result = None
     if task["status"] == poll.SUCCEEDED:
-        report, result = poll.parse_report(jsontext.loads(task["result"]) if task["result"] is not None else None)
-        contract = step.get("final_signal")
-        if (
-            report == poll.FINAL
-            and contract is not None
-            and schemas.errors_of(schemas.payload_validator(contract["payload_schema"]), result)
-        ):
-            report, result = poll.INVALID, None
+        report, result = _report(task["result"], step)
     return poll.Round(
         task_id=task["id"],
         number=task["number"],
@@ -644,14 +653,21 @@ def _decision_data(activation: dict, decision: poll.Decision, the_round: poll.Ro
     return data
 
 
-def _report_data(task: dict, event: dict, activation: dict) -> dict:
-    return {
+def _record_report(tx: Tx, instance: dict, activation: dict, step: dict, event: dict) -> None:
+    """QUERY_RESULT_RECORDED, once per round's final report (its inbox event is consumed with it):
+    Pulse's outcome, what the report says, and the report or error as the worker sent it."""
+    data = {
         "step": activation["step_key"],
         "activation_sequence": activation["activation_sequence"],
-        "task_id": str(task["id"]),
+        "task_id": str(event["task_id"]),
         "outcome": event["outcome"],
         "completed_at": rfc3339(event["completed_at"]),
     }
+    if event["outcome"] == poll.SUCCEEDED:
+        data["report"] = _report(event["result"], step)[0]
+    if event["result"] is not None:
+        data["result" if event["outcome"] == poll.SUCCEEDED else "error"] = jsontext.Raw(event["result"])
+    events.append(tx, instance["id"], "QUERY_RESULT_RECORDED", data)
 
 
 def _step(tx: Tx, instance: dict, activation: dict) -> dict:

@@ -55,11 +55,14 @@ def mark_consumed(tx: Tx, inbox_id: int) -> None:
     tx.transition(MARK_CONSUMED, (tx.now(), inbox_id), f"consume inbox event {inbox_id}")
 
 
-SELECT_UNCONSUMED_OF_TASK = (
-    "SELECT id, attempts, available_at FROM inbox_events WHERE task_id = %s AND status = 'PENDING'"
-)
+CLAIM_OF_TASK = """
+SELECT id, task_id, instance_id, outcome, result, completed_at, attempts, available_at
+FROM inbox_events WHERE task_id = %s AND status = 'PENDING'
+FOR UPDATE SKIP LOCKED
+"""
 
 
-def unconsumed_of_task(tx: Tx, task_id: int) -> dict | None:
-    """The task's inbox event if it is not consumed yet (not locked: only its backoff is read)."""
-    return tx.one(SELECT_UNCONSUMED_OF_TASK, (task_id,))
+def claim_of_task(tx: Tx, task_id: int) -> dict | None:
+    """The task's PENDING inbox event, locked; None when it is consumed, or held by a scanner that
+    is about to apply it (it waits for the instance lock the caller holds: skipped, never waited on)."""
+    return tx.one(CLAIM_OF_TASK, (task_id,))

@@ -409,3 +409,30 @@ def test_c1_a_poll_step_without_a_final_signal_polls_until_an_answer_or_its_dead
     clock.advance(TIMEOUT)
     flow.scan()
     assert flow.workflow("order-1")["review_reason"] == "QUERY_DEADLINE_EXCEEDED"
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_c1_the_history_records_every_report_before_what_it_decided(wf, clock, order):
+    report(wf, claim_round(wf), PENDING)
+    process(wf, order)
+    clock.advance(INTERVAL)
+    report(wf, claim_round(wf), final())
+    process(wf, order)
+    history = [
+        e
+        for e in wf.client.simulate_get(
+            f"{wf.ns}/workflows/order-1/events", query_string="limit=1000", headers=wf.headers
+        ).json["events"]
+        if e["type"].startswith(("QUERY_", "POLL_"))
+    ]
+    assert [e["type"] for e in history] == [
+        "QUERY_ROUND_STARTED",
+        "QUERY_RESULT_RECORDED",
+        "QUERY_ROUND_STARTED",
+        "QUERY_RESULT_RECORDED",
+        "POLL_DECIDED",
+    ]
+    assert [(e["data"]["report"], e["data"]["result"]) for e in history if e["type"] == "QUERY_RESULT_RECORDED"] == [
+        ("PENDING", PENDING),
+        ("FINAL", final()),
+    ]
