@@ -192,7 +192,7 @@ def query_int(req: falcon.Request, name: str, default: int, minimum: int, maximu
     raw = req.get_param(name)
     if raw is None or raw == "":
         return default
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or not minimum <= int(raw) <= maximum:
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 20) or not minimum <= int(raw) <= maximum:
         raise WeaveError(
             Code.VALIDATION_FAILED,
             f"query parameter {name!r} must be an integer {minimum}..{maximum}",
