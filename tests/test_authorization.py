@@ -109,6 +109,7 @@ OPERATIONS = [
         {"definitions:read", "workflows:read"},
     ),
     ("POST", f"{N}/workflows", "WORKFLOW_NOT_FOUND", {"workflows:start"}),
+    ("GET", f"{N}/workflows", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
     ("GET", f"{N}/workflows/{{workflow_id}}", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
     ("GET", f"{N}/workflows/{{workflow_id}}/events", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
     ("POST", f"{N}/workflows/{{workflow_id}}/pause", "WORKFLOW_NOT_FOUND", {"workflows:control"}),

@@ -107,7 +107,7 @@ def test_weave_migrate_command_applies_everything(scratch_database):
     env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
     done = subprocess.run([sys.executable, "-m", "weave.cli", "migrate"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "applied 5 migration(s)" in done.stdout
+    assert f"applied {len(migrate.shipped())} migration(s)" in done.stdout
     assert migrate.pending(url) == []
     again = subprocess.run([sys.executable, "-m", "weave.cli", "migrate"], env=env, capture_output=True, text=True)
     assert "none pending" in again.stdout

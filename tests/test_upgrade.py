@@ -104,7 +104,7 @@ def fill_previous_schema(url) -> dict:
 
 def test_m2_m3_upgrade_of_a_populated_database(old_database):
     ids = fill_previous_schema(old_database)
-    assert migrate.apply(old_database) == ["0005.signal_identity"]
+    assert migrate.apply(old_database, upto="0005.signal_identity") == ["0005.signal_identity"]
     conn = connect(old_database)
     with conn.cursor() as cur:
         cur.execute(

@@ -199,3 +199,17 @@ def query_int(req: falcon.Request, name: str, default: int, minimum: int, maximu
             [{"pointer": f"?{name}", "message": f"must be an integer {minimum}..{maximum}"}],
         )
     return int(raw)
+
+
+def query_text(req: falcon.Request, name: str, accepts: Callable[[str], Any], rule: str) -> str | None:
+    """A text query parameter `accepts` says yes to, None when absent or empty; else 422 saying `rule`."""
+    raw = req.get_param(name)
+    if raw is None or raw == "":
+        return None
+    if not accepts(raw):
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            f"query parameter {name!r} must be {rule}",
+            [{"pointer": f"?{name}", "message": f"must be {rule}"}],
+        )
+    return raw
