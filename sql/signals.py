@@ -257,6 +257,7 @@ def _accept(
             "instance_deadline_at": rfc3339(instance["deadline_at"]),
         },
         instance_id=instance["id"],
+        signal_id=signal_id,
         credential_id=principal.credential_id,
         request_digest=request.request_digest,
     )

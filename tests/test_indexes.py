@@ -162,3 +162,31 @@ def test_workflow_list_queries_use_their_indexes(populated, other_tenant):
             assert ("i", index) in keys_used(plan), (index, plan)
             assert ("d", "PRIMARY") in keys_used(plan), plan  # the definition's name and version, by key
             assert not any("filesort" in (row["Extra"] or "") for row in plan), plan
+
+
+def test_the_acceptance_proof_is_found_by_the_signal_id_index(populated):
+    """S1.12: the consumer finds a signal's acceptance record by key, not by searching details."""
+    from weave.sql import audit
+
+    database = populated
+
+    def fill(tx):
+        for row in tx.all("SELECT id, namespace_id FROM instances"):
+            for n in range(8):
+                signal_id = row["id"] * 100 + n
+                details = f'{{"signal_id":"{signal_id}","name":"n"}}'
+                tx.execute(
+                    "INSERT INTO audit_records (namespace_id, instance_id, signal_id, actor, action, request_digest,"
+                    " at, details) VALUES (%s, %s, %s, 'bot', 'signal.send', REPEAT('0', 64), %s, %s)",
+                    (row["namespace_id"], row["id"], signal_id, tx.now(), details),
+                )
+        tx.execute("ANALYZE TABLE audit_records")
+
+    database.run(fill)
+    instance_id = database.run(lambda tx: tx.one("SELECT id FROM instances WHERE workflow_id = 'w7'"))["id"]
+    plan = explain(database, audit.SELECT_ACCEPTANCE_DIGEST, (instance_id * 100 + 3, instance_id))
+    assert keys_used(plan) == {("audit_records", "ix_audit_signal")}
+    assert not any("filesort" in (row["Extra"] or "") for row in plan), plan
+    found = database.run(lambda tx: audit.acceptance_digest(tx, instance_id, instance_id * 100 + 3))
+    assert found == "0" * 64
+    assert database.run(lambda tx: audit.acceptance_digest(tx, instance_id + 1, instance_id * 100 + 3)) is None
