@@ -1,9 +1,9 @@
 """The error codes of the HTTP API, their statuses, and the one problem+json handler.
 
 Everything that refuses a request raises `WeaveError(Code.X, detail, errors=[...])`. Falcon's own
-errors (unknown route, wrong method) and database unavailability are mapped here as well, and
-`weave.server` renders the errors waitress answers before the application runs with
-`problem_text`, so that every error body has the same shape:
+errors (unknown route, wrong method), database unavailability (503) and values the database
+refused (422) are mapped here as well, and `weave.server` renders the errors waitress answers
+before the application runs with `problem_text`, so that every error body has the same shape:
 `{"type", "title", "status", "detail", "code", "errors": [{"pointer", "message"}]}`.
 """
 
@@ -121,6 +121,15 @@ def install(app: falcon.App) -> None:
         log.warning("503 for %s %s: %s", req.method, req.path, ex)
         _respond(resp, Code.UNAVAILABLE, "the database is busy; retry shortly", headers={"Retry-After": "1"})
 
+    def invalid_value(req, resp, ex: db.InvalidValue, params):
+        # Input that got past the API's own checks: the client's error, but ours to tighten.
+        log.warning("422 for %s %s: %s", req.method, req.path, ex)
+        _respond(
+            resp,
+            Code.VALIDATION_FAILED,
+            "a value of the request has characters or a length that its field does not allow",
+        )
+
     def unexpected(req, resp, ex: Exception, params):
         log.exception("unexpected error in %s %s", req.method, req.path)
         _respond(resp, Code.INTERNAL, "an internal error occurred; it has been logged")
@@ -129,4 +138,5 @@ def install(app: falcon.App) -> None:
     app.add_error_handler(Exception, unexpected)
     app.add_error_handler(falcon.HTTPError, falcon_error)
     app.add_error_handler(db.Unavailable, unavailable)
+    app.add_error_handler(db.InvalidValue, invalid_value)
     app.add_error_handler(WeaveError, weave_error)

@@ -11,6 +11,7 @@ from typing import Iterable
 
 from weave import schemas
 from weave.errors import Code, problem
+from weave.http import PATH_IDS
 
 HTTP_METHODS = ("get", "post", "put", "patch", "delete")
 _PARAM = re.compile(r"{(\w+)(?::[^}]*)?}")
@@ -39,14 +40,16 @@ def _problem_schema() -> dict:
     }
 
 
+def _path_schema(path: str, name: str) -> dict:
+    if ":int" in path.split("{" + name)[1].split("}")[0]:
+        return {"type": "integer"}
+    rule = PATH_IDS[name]
+    return {"type": "string", "pattern": f"^{rule.rule.pattern}$", "description": rule.description}
+
+
 def _operation(path: str, method: str, meta, op_id: str) -> dict:
     params = [
-        {
-            "name": name,
-            "in": "path",
-            "required": True,
-            "schema": {"type": "integer" if ":int" in path.split("{" + name)[1].split("}")[0] else "string"},
-        }
+        {"name": name, "in": "path", "required": True, "schema": _path_schema(path, name)}
         for name in _PARAM.findall(path)
     ]
     params += [

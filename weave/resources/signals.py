@@ -14,7 +14,6 @@ from weave.http import (
     query_int,
     query_text,
     read_json,
-    row_id,
     send_json,
 )
 from weave.rules import signals as rules
@@ -124,10 +123,8 @@ class WorkflowSignal(Resource):
         statuses=(200, 401, 403, 404),
     )
     def on_get(
-        self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str, signal_id: str
+        self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str, signal_id: int
     ) -> None:
         principal = req.context.principal
-        row = signals.get_signal(
-            self.database, principal, workflow_id, row_id(signal_id, Code.SIGNAL_NOT_FOUND, "signal")
-        )
+        row = signals.get_signal(self.database, principal, workflow_id, signal_id)
         send_json(resp, 200, signal_view(row, workflow_id))

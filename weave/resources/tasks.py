@@ -8,7 +8,7 @@ import falcon
 
 from weave import jsontext
 from weave.errors import Code
-from weave.http import Resource, bounded_value_text, operation, read_json, row_id, send_json
+from weave.http import Resource, bounded_value_text, operation, read_json, send_json
 from weave.sql import tasks
 from weave.times import rfc3339
 from weave.views import claimed_task_view
@@ -62,13 +62,13 @@ class TaskHeartbeat(Resource):
         request="heartbeat",
         statuses=(200, 401, 403, 404, 409, 413, 415, 422),
     )
-    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: str) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: int) -> None:
         principal = req.context.principal
         body = read_json(req, "heartbeat", self.body_limit)
         beat = tasks.heartbeat(
             self.database,
             principal.namespace_id,
-            row_id(task_id, Code.TASK_NOT_FOUND, "task"),
+            task_id,
             body["lease_token"],
             body.get("lease_seconds", 60),
             principal.queues,
@@ -88,7 +88,7 @@ class TaskComplete(Resource):
         request="complete",
         statuses=(200, 401, 403, 404, 409, 413, 415, 422),
     )
-    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: str) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: int) -> None:
         principal = req.context.principal
         body = read_json(req, "complete", self.body_limit)
         error = body.get("error")
@@ -101,7 +101,7 @@ class TaskComplete(Resource):
         done = tasks.complete_task(
             self.database,
             principal.namespace_id,
-            row_id(task_id, Code.TASK_NOT_FOUND, "task"),
+            task_id,
             body["lease_token"],
             completion,
             principal.queues,
