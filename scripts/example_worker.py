@@ -34,7 +34,7 @@ def call(base: str, token: str, path: str, body: dict):
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         data = response.read()
-        return response.status, (json.loads(data) if data else None)
+        return response.status, (json.loads(data) if data else None), response.headers.get("Retry-After")
 
 
 def work(task: dict) -> dict:
@@ -69,7 +69,7 @@ def query(args, prefix: str, task: dict, carrier: Carrier) -> tuple[str, dict | 
     answer_at = time.monotonic() + args.query_seconds
     while time.monotonic() < answer_at:
         time.sleep(min(1.0, answer_at - time.monotonic()))
-        _, beat = call(
+        _, beat, _ = call(
             args.base,
             args.token,
             f"{prefix}/tasks/{task['task_id']}/heartbeat",
@@ -97,13 +97,15 @@ def main() -> int:
     done = 0
     try:
         while not args.tasks or done < args.tasks:
-            status, task = call(
+            status, task, retry_after = call(
                 args.base,
                 args.token,
                 f"{prefix}/queues/{args.queue}/claim",
                 {"worker_id": "example-worker", "lease_seconds": 60, "wait_seconds": 5},
             )
             if status == 204:
+                # Retry-After: the server had enough claims waiting and answered without waiting.
+                time.sleep(int(retry_after or 0))
                 continue
             if task["kind"] == "QUERY":
                 if args.query_seconds:

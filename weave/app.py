@@ -31,7 +31,7 @@ def routes(database: Database, config: Config) -> list[tuple[str, object]]:
         (f"{N}/workflows/{{workflow_id}}/review", review.WorkflowReview(database, limit)),
         (f"{N}/workflows/{{workflow_id}}/signals", signals.WorkflowSignals(database, limit)),
         (f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}", signals.WorkflowSignal(database)),
-        (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit)),
+        (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit, config.max_waiting_claims)),
         (f"{N}/tasks/{{task_id}}/heartbeat", tasks.TaskHeartbeat(database, limit)),
         (f"{N}/tasks/{{task_id}}/complete", tasks.TaskComplete(database, limit)),
     ]

@@ -26,6 +26,7 @@ from weave.config import (
     Config,
     idle_timeout_from_env,
     max_body_bytes_from_env,
+    max_waiting_claims_from_env,
 )
 from weave.db import Database, DatabaseError, DatabaseUrl
 from weave.errors import Code, WeaveError
@@ -137,6 +138,9 @@ def _server_config(args, url: DatabaseUrl) -> Config:
         max_body_bytes=args.max_body_bytes or max_body_bytes_from_env(),
         threads=args.threads,
         idle_timeout_seconds=args.idle_timeout or idle_timeout_from_env(),
+        max_waiting_claims=max_waiting_claims_from_env()
+        if args.max_waiting_claims is None
+        else args.max_waiting_claims,
     )
 
 
@@ -351,6 +355,13 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="SECONDS",
             help="close a connection that has sent nothing for this long with no request in progress "
             f"(default: $WEAVE_IDLE_TIMEOUT or {DEFAULT_IDLE_TIMEOUT_SECONDS})",
+        )
+        p.add_argument(
+            "--max-waiting-claims",
+            type=_non_negative,
+            default=None,
+            help="long-polling claims one process lets wait, below --threads; beyond it a claim answers "
+            "204 with Retry-After at once (default: $WEAVE_MAX_WAITING_CLAIMS or half of --threads)",
         )
         if name == "serve":
             p.add_argument(

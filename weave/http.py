@@ -37,6 +37,7 @@ VALUE_LIMIT_BYTES = 256 * 1024  # a workflow input, a task result, a signal payl
 @dataclass(frozen=True)
 class Operation:
     summary: str
+    description: str = ""  # more than the summary says, for the OpenAPI document
     scopes: tuple[str, ...] = ()  # any one of them grants the operation
     not_found: Code | None = None  # the answer to a credential of another namespace
     queue_grant: str | None = None  # the URL parameter naming a queue the credential needs a grant for

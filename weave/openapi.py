@@ -61,13 +61,18 @@ def _operation(path: str, method: str, meta, op_id: str) -> dict:
         for name, text in meta.headers
     ]
     op: dict = {"operationId": op_id, "summary": meta.summary, "parameters": params, "responses": {}}
+    description = []
     if meta.scopes:
-        op["description"] = "Scope: " + " or ".join(meta.scopes)
+        description.append("Scope: " + " or ".join(meta.scopes))
         if meta.queue_grant:
-            op["description"] += f", and a grant for the queue {{{meta.queue_grant}}}"
+            description[-1] += f", and a grant for the queue {{{meta.queue_grant}}}"
         op["security"] = [{"bearer": []}]
     else:
         op["security"] = []
+    if meta.description:
+        description.append(meta.description)
+    if description:
+        op["description"] = ". ".join(description)
     if meta.request:
         op["requestBody"] = {
             "required": True,
