@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import re
 import shlex
@@ -17,7 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
-from weave import auth, migrate, server
+from weave import auth, logs, migrate, server
 from weave.config import (
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_SECONDS,
@@ -417,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.install()  # one escaped line per record: logged values may come from clients
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
