@@ -251,3 +251,24 @@ def insert_instances(database: Database, namespace: str, definition: str, versio
             ],
         )
     )
+
+
+# ---- the SDK --------------------------------------------------------------------------------------
+
+OPERATOR_SCOPES = (
+    "definitions:write",
+    "definitions:read",
+    "workflows:start",
+    "workflows:read",
+    "workflows:signal",
+    "workflows:control",
+    "workflows:review",
+)
+
+
+def sdk_client(url: str, tenant: Tenant, *scopes: str, actor: str = "ops", **kwargs):
+    """A `weave.sdk.Client` of a new credential (every operator scope, both queues, unless told)."""
+    from weave.sdk import Client
+
+    token = tenant.token(*(scopes or OPERATOR_SCOPES), queues=("inventory", "carrier"), actor=actor)
+    return Client(url, token, tenant.namespace, **{"timeout": 10, **kwargs})
