@@ -1,9 +1,9 @@
-"""The Weave SDK: a client for every endpoint of the HTTP API (SPEC §12).
+"""The Weave SDK: a client for every endpoint of the HTTP API and a worker helper (SPEC §12).
 
 Standard library only, and nothing else of Weave: a program that imports `weave.sdk` loads no
 server module and no third-party package (a test proves it).
 
-    from weave.sdk import Client
+    from weave.sdk import Client, Worker
 
     client = Client("http://127.0.0.1:8080", token, "demo")
     workflow = client.start_workflow("order", 1, {"order_id": "o-1"}, deadline_seconds=3600)
@@ -12,7 +12,7 @@ server module and no third-party package (a test proves it).
                                  correlation_key="o-1", payload={"amount": Decimal("129.90")},
                                  reason="PSP webhook")
 
-See weave/sdk/client.py for the retry rules.
+See docs/sdk.md for the whole surface, the retry rules and a complete worker.
 """
 
 from weave.sdk.client import Client
@@ -62,11 +62,13 @@ from weave.sdk.models import (
     Wait,
     Workflow,
 )
+from weave.sdk.worker import Cancelled, Fail, RunningTask, Worker, final, pending
 
 __all__ = [
     "ABSENT",
     "ActivationNotFound",
     "BadRequest",
+    "Cancelled",
     "Client",
     "Completion",
     "ConnectionFailed",
@@ -74,6 +76,7 @@ __all__ = [
     "Definition",
     "DefinitionNotFound",
     "Event",
+    "Fail",
     "Forbidden",
     "HeadersTooLarge",
     "Heartbeat",
@@ -88,6 +91,7 @@ __all__ = [
     "PayloadTooLarge",
     "QuotaExceeded",
     "Receipt",
+    "RunningTask",
     "Signal",
     "SignalLimitReached",
     "SignalNotFound",
@@ -103,10 +107,13 @@ __all__ = [
     "ValidationFailed",
     "Wait",
     "WeaveError",
+    "Worker",
     "Workflow",
     "WorkflowExists",
     "WorkflowNotFound",
     "dumps",
     "error_class",
+    "final",
     "loads",
+    "pending",
 ]
