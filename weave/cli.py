@@ -1,7 +1,8 @@
-"""The `weave` command: migrate, serve, scan, dev and admin (SPEC §12).
+"""The `weave` command: migrate, serve, scan, dev and admin (SPEC §12); `workflow` and `signal`
+talk to a running server through the SDK (weave/cli_client.py).
 
-Every command takes the database from WEAVE_DATABASE_URL or --database-url; `dev` starts a
-private server in ./.weave/ when neither is given.
+The server-side commands take the database from WEAVE_DATABASE_URL or --database-url; `dev`
+starts a private server in ./.weave/ when neither is given.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from weave import auth, logs, migrate, server
+from weave import auth, cli_client, logs, migrate, server
 from weave.config import (
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_SECONDS,
@@ -412,6 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("namespace", type=_name)
     p.add_argument("credential_id", type=_positive)
     p.set_defaults(run=cmd_credential_revoke)
+
+    cli_client.add_commands(commands)
     return parser
 
 
