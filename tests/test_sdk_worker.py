@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -16,10 +17,13 @@ import time
 from decimal import Decimal
 
 import pytest
-from helpers import sdk_client, task_steps
+from helpers import sdk_client, serving, task_steps
 from test_poll import poll_definition
 
+from weave.app import create_app
+from weave.config import Config
 from weave.sdk import Cancelled, Fail, Worker, dumps, final, pending
+from weave.server import create_server
 
 QUEUES = ("inventory", "carrier")
 
@@ -234,6 +238,32 @@ def test_threads_run_tasks_side_by_side(ops, run_worker, flow):
     run_worker({"reserve": reserve}, threads=2)
     until(lambda: status(ops, "order-1") == status(ops, "order-2") == "SUCCEEDED", flow)
     assert [(c["reported"], c["attempt"]) for c in completions(flow)] == [("SUCCEEDED", 1)] * 2
+
+
+def test_a_claim_turned_away_says_when_to_come_back_and_the_worker_waits_that_long(config, database, tenant):
+    """A server with its cap of waiting claims answers 204 at once with Retry-After (here: always)."""
+    turned_away = Config(config.database_url, threads=2, max_waiting_claims=0)
+    listener = socket.create_server(("127.0.0.1", 0))
+    with serving(create_server(create_app(turned_away, database), listener, turned_away)):
+        client = sdk_client(f"http://127.0.0.1:{listener.getsockname()[1]}", tenant, "tasks:work")
+        task, retry_after = client._claim("inventory", "w1", 30, 3)
+        assert task is None and 1 <= retry_after <= 3
+        claims = []
+        real_claim = client._claim
+
+        def counted_claim(*args):
+            claims.append(time.monotonic())
+            return real_claim(*args)
+
+        client._claim = counted_claim
+        worker = Worker(client, "inventory", {}, poll_seconds=3, grace_seconds=1)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        time.sleep(2.5)
+        worker.stop()
+        thread.join(10)
+    assert 1 <= len(claims) <= 3  # not a busy loop: each answer's Retry-After (1-3 s) was waited for
+    assert all(b - a >= 0.9 for a, b in zip(claims, claims[1:]))
 
 
 # ---- SIGTERM, in a process of its own ----------------------------------------------------------------
