@@ -274,7 +274,7 @@ def run_with_kills(
     `after_kill()` after each kill.
 
     Without `working` a process is killed 0.3-0.9 s after its start; with it (a count that changes
-    as scanners work, e.g. what is left to do) it is killed 0-50 ms after that count changed, so
+    as scanners work, e.g. what is left to do) it is killed 0-30 ms after that count changed, so
     that the kill lands while it works rather than while it starts.
     """
     rng = random.Random(seed)
@@ -284,8 +284,8 @@ def run_with_kills(
         if working is None:
             time.sleep(rng.uniform(0.3, 0.9))
         else:
-            wait_until(lambda: working() != before)
-            time.sleep(rng.uniform(0, 0.05))
+            wait_until(lambda: working() != before, pause=0.01)
+            time.sleep(rng.uniform(0, 0.03))
         p.kill()  # SIGKILL: no clean-up at all
         p.wait()
         p.communicate()
@@ -296,12 +296,12 @@ def batch_lines(stderr_text: str) -> list[dict]:
     return [json.loads(line[line.index("{") :]) for line in stderr_text.splitlines() if '"scan_batch"' in line]
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 60) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float = 60, pause: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(0.05)
+        time.sleep(pause)
     raise AssertionError("condition not reached in time")
 
 
