@@ -568,8 +568,8 @@ def look_at_poll(
         return "SIGNAL_WON"
     if decision.kind == poll.TAKE_SIGNAL:
         return "SIGNAL_TAKEN"  # C3: the wait is SATISFIED, the step stays ACTIVE until Pulse reports
-    if waiting and now >= wait["deadline_at"]:
-        _expire(tx, instance, wait)
+    if waiting and decision.signal_id is None and now >= wait["deadline_at"]:
+        _expire(tx, instance, wait)  # a wait that has just taken its signal (C2.6) is SATISFIED instead
     review_step(tx, instance, activation, decision.reason, actor)
     return "REVIEW"
 

@@ -18,7 +18,7 @@ import subprocess
 
 import falcon.testing
 import pytest
-from helpers import Flow, Tenant, make_tenant, serving
+from helpers import Flow, Tenant, empty_database, make_tenant, serving
 
 from weave import migrate
 from weave.app import create_app
@@ -120,14 +120,7 @@ def session_database(migrated_url, clock):
 @pytest.fixture
 def database(session_database, weave_tables, clock) -> Database:
     """The session's Database, every Weave table empty, the clock back at its start."""
-    clock.set(ControlledClock().now())
-    session_database.before_commit = None
-
-    def empty(tx):
-        for table in weave_tables:
-            tx.execute(f"DELETE FROM `{table}`")  # names come from information_schema, not input
-
-    session_database.run(empty)
+    empty_database(session_database, weave_tables, clock)
     return session_database
 
 

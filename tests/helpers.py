@@ -8,14 +8,35 @@ documents and signal bodies that several tests share.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 from waitress import wasyncore
 
 from weave import auth
-from weave.db import Database
+from weave.db import ControlledClock, Database, DatabaseClock
 from weave.sql import tenancy
+
+
+def empty_database(database: Database, tables: list[str], clock: ControlledClock) -> None:
+    """Every Weave table empty and the clock back at its start: what the `database` fixture does
+    before each test, and a hypothesis test before each of its examples."""
+    clock.set(ControlledClock().now())
+    database.before_commit = None
+
+    def empty(tx):
+        for table in tables:
+            tx.execute(f"DELETE FROM `{table}`")  # names come from information_schema, not input
+
+    database.run(empty)
 
 
 @dataclass
@@ -272,3 +293,98 @@ def sdk_client(url: str, tenant: Tenant, *scopes: str, actor: str = "ops", **kwa
 
     token = tenant.token(*(scopes or OPERATOR_SCOPES), queues=("inventory", "carrier"), actor=actor)
     return Client(url, token, tenant.namespace, **{"timeout": 10, **kwargs})
+
+
+# ---- scanner processes (crash tests) --------------------------------------------------------------------
+
+
+def use_real_time(database: Database, clock: ControlledClock) -> None:
+    """Scanner processes read the database clock: make the test's clock agree with it."""
+    clock.set(database.run(lambda tx: DatabaseClock().now(tx.cursor)))
+
+
+def scanner_process(config, *extra) -> subprocess.Popen:
+    """A real `weave scan` process on the test database."""
+    env = {**os.environ, "WEAVE_DATABASE_URL": config.database_url}
+    return subprocess.Popen(
+        [sys.executable, "-m", "weave.cli", "scan", "--idle-seconds", "0.05", *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_scanners_until(config, count: int, condition: Callable[[], bool]) -> list[tuple[int, int]]:
+    """Run `count` scanner processes until `condition()` holds, stop them with SIGTERM, and return
+    each one's (returncode, done candidates)."""
+    scanners = [scanner_process(config) for _ in range(count)]
+    try:
+        wait_until(condition)
+    finally:
+        for p in scanners:
+            p.send_signal(signal.SIGTERM)
+    outputs = [p.communicate(timeout=30)[1] for p in scanners]
+    return [(p.returncode, sum(b["done"] for b in batch_lines(err))) for p, err in zip(scanners, outputs)]
+
+
+def run_with_kills(
+    config,
+    kills: int,
+    after_kill: Callable[[], None],
+    *,
+    working: Callable[[], int] | None = None,
+    seed: int = 7,
+) -> None:
+    """Start a scanner process and SIGKILL it, `kills` times, one process at a time, calling
+    `after_kill()` after each kill.
+
+    Without `working` a process is killed 0.3-0.9 s after its start; with it (a count that changes
+    as scanners work, e.g. what is left to do) it is killed 0-30 ms after that count changed, so
+    that the kill lands while it works rather than while it starts.
+    """
+    rng = random.Random(seed)
+    for _ in range(kills):
+        before = working() if working is not None else None
+        p = scanner_process(config)
+        if working is None:
+            time.sleep(rng.uniform(0.3, 0.9))
+        else:
+            wait_until(lambda: working() != before, pause=0.01)
+            time.sleep(rng.uniform(0, 0.03))
+        p.kill()  # SIGKILL: no clean-up at all
+        p.wait()
+        p.communicate()
+        after_kill()
+
+
+def batch_lines(stderr_text: str) -> list[dict]:
+    return [json.loads(line[line.index("{") :]) for line in stderr_text.splitlines() if '"scan_batch"' in line]
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 60, pause: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(pause)
+    raise AssertionError("condition not reached in time")
+
+
+def run_units_until_idle(database: Database, rounds: int = 50) -> None:
+    """Run the scanner's units in this process (lease expiry, then every due candidate of every
+    source, one transaction each) until none is due. Unlike `Scanner.run_once`, which backs a
+    failing candidate off (K2), a failure is raised: in a test it is a bug."""
+    from weave.scanner import SOURCES
+    from weave.sql import tasks
+
+    for _ in range(rounds):
+        expired = database.read(tasks.expired_lease_candidates, 100)
+        for row in expired:
+            tasks.expire_lease(database, row["id"], row["queue_id"])
+        due = [(source, row["id"]) for source in SOURCES for row in database.read(source.due, 100)]
+        for source, candidate in due:
+            source.process(database, candidate)
+        if not expired and not due:
+            return
+    raise AssertionError("the scanner's units kept finding work")

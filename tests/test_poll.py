@@ -339,6 +339,23 @@ def test_c2_6_an_unknown_invalid_or_different_report_keeps_both_facts_and_needs_
     assert permits_in_use(wf) == 0
 
 
+@pytest.mark.parametrize("order", ORDERS)
+def test_c2_6_decided_after_the_deadline_the_signal_is_taken_and_both_facts_kept(wf, clock, order):
+    # The signal came on time while the round ran; nobody looked before the deadline passed (the
+    # scanner was down) and the round then reported another result: S2.3 still counts the signal.
+    task = claim_round(wf, lease_seconds=TIMEOUT * 2)
+    sent = send_final(wf)
+    clock.advance(TIMEOUT)
+    report(wf, task, final({"status": "lost"}))
+    process(wf, order)
+    workflow = wf.workflow("order-1")
+    assert (workflow["status"], workflow["review_reason"]) == ("NEEDS_REVIEW", "QUERY_RESULT_CONFLICT")
+    assert signal_state(wf, sent["signal_id"]) == ("CONSUMED", None)
+    wait = track(wf)["wait"]
+    assert (wait["status"], wait["winner_signal_id"]) == ("SATISFIED", sent["signal_id"])
+    assert [d["rule"] for d in decisions(wf)] == ["C2.6"]
+
+
 # ---- C2.7 ---------------------------------------------------------------------------------------------------
 
 

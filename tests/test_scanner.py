@@ -2,26 +2,17 @@
 
 import json
 import os
-import random
-import signal
 import subprocess
 import sys
-import time
 from datetime import timedelta
 
 import pytest
-from helpers import task_steps
+from helpers import run_scanners_until, run_with_kills, task_steps, use_real_time
 
-from weave.db import DatabaseClock
 from weave.scanner import Scanner
 from weave.sql import engine, instances, tasks
 
 pytestmark = pytest.mark.slow
-
-
-def use_real_time(database, clock):
-    """Scanner processes read the database clock: make the test's clock agree with it."""
-    clock.set(database.run(lambda tx: DatabaseClock().now(tx.cursor)))
 
 
 def start_backlog(flow, database, count, document):
@@ -31,43 +22,6 @@ def start_backlog(flow, database, count, document):
         request = instances.StartRequest(f"b{i}", "flow", 1, "{}", 3600, f"{i:064d}")
         instances.start_workflow(database, starter, request)
     return starter.namespace_id
-
-
-def scanner_process(config, *extra):
-    env = {**os.environ, "WEAVE_DATABASE_URL": config.database_url}
-    return subprocess.Popen(
-        [sys.executable, "-m", "weave.cli", "scan", "--idle-seconds", "0.05", *extra],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def run_scanners_until(config, count, condition):
-    """Run `count` scanner processes until `condition()` holds, stop them with SIGTERM, and return
-    each one's (returncode, done candidates)."""
-    scanners = [scanner_process(config) for _ in range(count)]
-    try:
-        wait_until(condition)
-    finally:
-        for p in scanners:
-            p.send_signal(signal.SIGTERM)
-    outputs = [p.communicate(timeout=30)[1] for p in scanners]
-    return [(p.returncode, sum(b["done"] for b in batch_lines(err))) for p, err in zip(scanners, outputs)]
-
-
-def batch_lines(stderr_text):
-    return [json.loads(line[line.index("{") :]) for line in stderr_text.splitlines() if '"scan_batch"' in line]
-
-
-def wait_until(predicate, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def due_checkpoints(flow):
@@ -119,23 +73,13 @@ def check_consistency(flow):
             assert (row["step"], row["successors"]) == ("ACTIVE", 0)
 
 
-def run_with_kills(flow, config, kills, done):
-    rng = random.Random(7)
-    for _ in range(kills):
-        p = scanner_process(config)
-        time.sleep(rng.uniform(0.3, 0.9))
-        p.kill()  # SIGKILL: no clean-up at all
-        p.wait()
-        check_consistency(flow)
-    run_scanners_until(config, 1, done)
-
-
 def test_k2_scanner_killed_with_sigkill_mid_batch_loses_nothing_and_leaves_no_partial_transition(
     flow, database, clock, config
 ):
     use_real_time(database, clock)
     ns = start_backlog(flow, database, 200, task_steps("first", "second"))
-    run_with_kills(flow, config, 4, lambda: due_checkpoints(flow) == 0)
+    run_with_kills(config, 4, lambda: check_consistency(flow))
+    run_scanners_until(config, 1, lambda: due_checkpoints(flow) == 0)
     check_consistency(flow)
     assert flow.rows("SELECT COUNT(*) AS n FROM step_activations")[0]["n"] == 200
 
@@ -155,7 +99,8 @@ def test_k2_scanner_killed_with_sigkill_mid_batch_loses_nothing_and_leaves_no_pa
         )
     pending = lambda: flow.rows("SELECT COUNT(*) AS n FROM inbox_events WHERE status = 'PENDING'")[0]["n"]
     assert pending() == 200
-    run_with_kills(flow, config, 4, lambda: pending() == 0)
+    run_with_kills(config, 4, lambda: check_consistency(flow))
+    run_scanners_until(config, 1, lambda: pending() == 0)
     check_consistency(flow)
     assert flow.rows("SELECT COUNT(*) AS n FROM step_activations WHERE step_key = 'second'")[0]["n"] == 200
 
@@ -307,16 +252,10 @@ def test_s2_8_sigkill_at_random_points_of_consumption_never_leaves_a_partial_one
     waiting_backlog(flow, database, clock, total)
     for i in range(total):
         flow.send(f"w{i}", "k", payment(f"o-{i}"))
-    rng = random.Random(11)
     consumed = [0]
     consumed_now = lambda: flow.rows("SELECT COUNT(*) AS n FROM signals WHERE status = 'CONSUMED'")[0]["n"]
-    for _ in range(24):
-        p = scanner_process(config)
-        wait_until(lambda: consumed_now() > consumed[-1])  # it is consuming now...
-        time.sleep(rng.uniform(0, 0.05))
-        p.kill()  # ...and SIGKILL lands wherever it is
-        p.wait()
-        consumed.append(check_consumption_is_whole(flow))
+    # Each process is killed wherever it is while it consumes.
+    run_with_kills(config, 24, lambda: consumed.append(check_consumption_is_whole(flow)), working=consumed_now, seed=11)
     assert consumed[-1] < total, "the backlog ran out before the last kill"
     assert consumed == sorted(consumed) and len(set(consumed)) == len(consumed)
     run_scanners_until(
