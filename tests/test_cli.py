@@ -319,3 +319,29 @@ def test_body_cap_comes_from_the_environment_or_the_default(monkeypatch):
         monkeypatch.setenv("WEAVE_MAX_BODY_BYTES", bad)
         with pytest.raises(SystemExit, match="WEAVE_MAX_BODY_BYTES"):
             max_body_bytes_from_env()
+
+
+@pytest.mark.parametrize(
+    "argv, reason",
+    [
+        (("serve", "--port", "65536"), "argument --port: '65536': must be a whole number from 0 to 65535"),
+        (("dev", "--port", "-1"), "argument --port: '-1': must be a whole number from 0 to 65535"),
+        (("serve", "--threads", "0"), "argument --threads: '0': must be a whole number from 1 to 2147483647"),
+        (
+            ("scan", "--idle-seconds", "nan"),
+            "argument --idle-seconds: 'nan': must be a number of seconds from 0 to 3600",
+        ),
+        (("scan", "--idle-seconds", "-1"), "argument --idle-seconds: '-1': must be a number of seconds from 0 to 3600"),
+        (
+            ("scan", "--idle-seconds", "1e9"),
+            "argument --idle-seconds: '1e9': must be a number of seconds from 0 to 3600",
+        ),
+        (
+            ("scan", "--idle-seconds", "soon"),
+            "argument --idle-seconds: 'soon': must be a number of seconds from 0 to 3600",
+        ),
+    ],
+)
+def test_server_and_scanner_numbers_are_checked_too(monkeypatch, capsys, argv, reason):
+    monkeypatch.setenv("WEAVE_DATABASE_URL", "mysql://u@127.0.0.1:1/never_reached")
+    assert refused(capsys, *argv) == reason

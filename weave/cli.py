@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -67,6 +68,7 @@ MAX_PERMITS = 1_000_000  # far above any worker fleet; catches a slipped finger,
 MAX_SIGNALS_PER_MINUTE = 2**32 - 1  # applications.signals_per_minute is INT UNSIGNED
 MAX_EXPIRES_IN_SECONDS = 10 * 365 * 86_400  # ten years; expires_at stays far inside DATETIME
 MAX_ID = 2**64 - 1  # BIGINT UNSIGNED keys
+MAX_IDLE_SECONDS = 3600
 SHOWN_CHARS = 40
 
 
@@ -95,10 +97,21 @@ def _integer(low: int, high: int, unit: str = ""):
 
 
 _positive = _integer(1, 2**31 - 1)  # serve's counts and sizes: their real limits are the machine's
+_port = _integer(0, 65535)  # 0: the system picks a free port
 _credential_id = _integer(1, MAX_ID)
 _permits = _integer(1, MAX_PERMITS)
 _signals_per_minute = _integer(0, MAX_SIGNALS_PER_MINUTE)
 _expires_in = _integer(1, MAX_EXPIRES_IN_SECONDS, " seconds (ten years)")
+
+
+def _idle_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_IDLE_SECONDS:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: must be a number of seconds from 0 to {MAX_IDLE_SECONDS}")
+    return seconds
 
 
 def _actor(text: str) -> str:
@@ -345,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("scan", parents=[common], help="run the scanner loop (inbox, checkpoints, leases)")
     p.add_argument("--once", action="store_true", help="process one batch, print its report and exit")
-    p.add_argument("--idle-seconds", type=float, default=IDLE_SECONDS, help="sleep between batches when idle")
+    p.add_argument("--idle-seconds", type=_idle_seconds, default=IDLE_SECONDS, help="sleep between batches when idle")
     p.set_defaults(run=cmd_scan)
 
     for name, help_text, run in (
@@ -354,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = commands.add_parser(name, parents=[common], help=help_text)
         p.add_argument("--host", default=DEFAULT_HOST)
-        p.add_argument("--port", type=int, default=DEFAULT_PORT)
+        p.add_argument("--port", type=_port, default=DEFAULT_PORT)
         p.add_argument("--threads", type=_positive, default=DEFAULT_THREADS)
         if name == "serve":
             p.add_argument(
