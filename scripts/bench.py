@@ -1068,7 +1068,7 @@ def bench_validation(
         meets = hostile < VALIDATION_TARGET_MS
         print(
             f"  {label:<72} {hostile:8.1f} ms (CPU {hostile_cpu:8.1f})   {{}} {trivial:5.2f} ms   "
-            f"one keyword per node {baseline:7.1f} ms   ratio {hostile / baseline:5.2f}   {errors:>5} error(s)   "
+            f"one keyword per node {baseline:7.1f} ms   ratio {hostile / baseline:9.2f}   {errors:>5} error(s)   "
             f"{'meets' if meets else 'MISSES'} target",
             flush=True,
         )
