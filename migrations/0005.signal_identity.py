@@ -13,10 +13,12 @@ Upgrades a populated database in place:
 
 Written in Python rather than SQL so that every step checks `information_schema` first: MySQL has no
 `ADD COLUMN IF NOT EXISTS`, and yoyo records a migration only after all its steps, so each step must
-be safe to run again after a crash.
+be safe to run again after a crash (`weave.migration_steps`).
 """
 
 from yoyo import step
+
+from weave.migration_steps import add_columns, add_indexes, data, modify_columns, run
 
 __depends__ = {"0004.signals_minimal"}
 
@@ -133,73 +135,6 @@ WHERE w.status = 'WAITING' AND w.deadline_at IS NOT NULL AND a.status = 'ACTIVE'
   AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.wait_id = w.id AND c.kind = 'WAIT')
 """
 
-
-def _has(conn, sql: str, params) -> bool:
-    with conn.cursor() as cur:
-        cur.execute(sql, params)
-        return cur.fetchone()[0] > 0
-
-
-def _column_exists(conn, table: str, column: str) -> bool:
-    return _has(
-        conn,
-        "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() "
-        "AND table_name = %s AND column_name = %s",
-        (table, column),
-    )
-
-
-def _index_exists(conn, table: str, index: str) -> bool:
-    return _has(
-        conn,
-        "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() "
-        "AND table_name = %s AND index_name = %s",
-        (table, index),
-    )
-
-
-def _run(conn, sql: str) -> None:
-    with conn.cursor() as cur:
-        cur.execute(sql)
-
-
-def _alter(conn, table: str, clauses: list[str]) -> None:
-    if clauses:
-        _run(conn, f"ALTER TABLE {table} " + ", ".join(clauses))
-
-
-def _add_missing(table: str, items, exists, add: str, drop: str):
-    """A step adding the (name, spec) items that `exists` does not find; its rollback drops those it finds."""
-
-    def apply(conn):
-        _alter(conn, table, [add.format(name=n, spec=s) for n, s in items if not exists(conn, table, n)])
-
-    def rollback(conn):
-        _alter(conn, table, [drop.format(name=n) for n, _ in items if exists(conn, table, n)])
-
-    return step(apply, rollback)
-
-
-def _add_columns(table: str, columns):
-    return _add_missing(table, columns, _column_exists, "ADD COLUMN {name} {spec}", "DROP COLUMN {name}")
-
-
-def _add_indexes(table: str, indexes):
-    return _add_missing(table, indexes, _index_exists, "ADD {spec}", "DROP INDEX {name}")
-
-
-def _modify_columns(table: str, columns, previous):
-    # MODIFY is idempotent: running it again changes nothing.
-    def alter(specs):
-        return lambda conn: _alter(conn, table, [f"MODIFY {n} {s}" for n, s in specs])
-
-    return step(alter(columns), alter(previous))
-
-
-def _data(sql: str, rollback_sql: str | None = None):
-    return step(lambda conn: _run(conn, sql), (lambda conn: _run(conn, rollback_sql)) if rollback_sql else None)
-
-
 SIGNAL_PREVIOUS = [
     ("name", "VARCHAR(64) NOT NULL COMMENT 'signal name'"),
     (
@@ -218,28 +153,28 @@ WAIT_PREVIOUS = [
 ]
 
 steps = [
-    _add_columns("signals", SIGNAL_COLUMNS),
-    _modify_columns("signals", SIGNAL_MODIFIED, SIGNAL_PREVIOUS),
-    _data(BACKFILL_ACCEPTED_AT),
-    _modify_columns(
+    add_columns("signals", SIGNAL_COLUMNS),
+    modify_columns("signals", SIGNAL_MODIFIED, SIGNAL_PREVIOUS),
+    data(BACKFILL_ACCEPTED_AT),
+    modify_columns(
         "signals",
         [ACCEPTED_AT_NOT_NULL],
         [(ACCEPTED_AT_NOT_NULL[0], ACCEPTED_AT_NOT_NULL[1].replace("NOT NULL", "NULL"))],
     ),
-    _data(
+    data(
         REJECT_LEGACY_PENDING,
         "UPDATE signals SET status = 'PENDING', disposition = NULL, settled_at = NULL "
         "WHERE disposition = 'LEGACY_UNVERIFIED'",
     ),
-    _add_indexes("signals", SIGNAL_INDEXES),
-    _add_columns("waits", WAIT_COLUMNS),
-    _modify_columns("waits", WAIT_MODIFIED, WAIT_PREVIOUS),
-    _add_indexes("waits", WAIT_INDEXES),
-    _add_indexes("checkpoints", CHECKPOINT_INDEXES),
-    _data(LINK_CURRENT_WAITS),
-    _data(CHECKPOINT_CURRENT_WAITS),
+    add_indexes("signals", SIGNAL_INDEXES),
+    add_columns("waits", WAIT_COLUMNS),
+    modify_columns("waits", WAIT_MODIFIED, WAIT_PREVIOUS),
+    add_indexes("waits", WAIT_INDEXES),
+    add_indexes("checkpoints", CHECKPOINT_INDEXES),
+    data(LINK_CURRENT_WAITS),
+    data(CHECKPOINT_CURRENT_WAITS),
     step(
-        lambda conn: _run(conn, CREATE_QUOTA_WINDOWS),
-        lambda conn: _run(conn, "DROP TABLE IF EXISTS signal_quota_windows"),
+        lambda conn: run(conn, CREATE_QUOTA_WINDOWS),
+        lambda conn: run(conn, "DROP TABLE IF EXISTS signal_quota_windows"),
     ),
 ]

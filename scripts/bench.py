@@ -654,7 +654,17 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
         }
         cur.execute(
             audit_sql.INSERT_AUDIT,
-            (bench.namespace_id, instance_id, 1, "raw", "signal.send", digest, now, jsontext.compact(details)),
+            (
+                bench.namespace_id,
+                instance_id,
+                int(data["signal_id"]),
+                1,
+                "raw",
+                "signal.send",
+                digest,
+                now,
+                jsontext.compact(details),
+            ),
         )
         cur.connection.commit()
         return time.perf_counter() - started

@@ -19,7 +19,10 @@ LOCK_ACTIVATION = """
 SELECT id, instance_id, step_key, step_index, activation_sequence, status, deadline_at
 FROM step_activations WHERE id = %s FOR UPDATE
 """
-SELECT_ACTIVE_IDS = "SELECT id FROM step_activations WHERE instance_id = %s AND status = 'ACTIVE' ORDER BY id"
+# An activation that is ACTIVE or waits for an operator has not ended yet.
+SELECT_UNENDED_IDS = """
+SELECT id FROM step_activations WHERE instance_id = %s AND status IN ('ACTIVE', 'NEEDS_REVIEW') ORDER BY id
+"""
 INSERT_ACTIVATION = """
 INSERT INTO step_activations (instance_id, step_key, step_index, activation_sequence, status, activated_at,
                               deadline_at)
@@ -27,7 +30,7 @@ VALUES (%s, %s, %s, %s, 'ACTIVE', %s, %s)
 """
 SETTLE_ACTIVATION = """
 UPDATE step_activations SET status = %s, result = %s, review_reason = %s, settled_at = %s
-WHERE id = %s AND status = 'ACTIVE'
+WHERE id = %s AND status = %s
 """
 
 
@@ -40,9 +43,9 @@ def lock(tx: Tx, activation_id: int) -> dict:
     return tx.one(LOCK_ACTIVATION, (activation_id,))
 
 
-def lock_active(tx: Tx, instance_id: int) -> list[dict]:
-    """The instance's ACTIVE activations, locked in id order."""
-    return [lock(tx, row["id"]) for row in tx.all(SELECT_ACTIVE_IDS, (instance_id,))]
+def lock_unended(tx: Tx, instance_id: int) -> list[dict]:
+    """The instance's ACTIVE and NEEDS_REVIEW activations, locked in id order."""
+    return [lock(tx, row["id"]) for row in tx.all(SELECT_UNENDED_IDS, (instance_id,))]
 
 
 def insert(tx: Tx, instance_id: int, step_key: str, step_index: int, sequence: int, deadline_at: datetime) -> dict:
@@ -59,10 +62,18 @@ def insert(tx: Tx, instance_id: int, step_key: str, step_index: int, sequence: i
     }
 
 
-def settle(tx: Tx, activation_id: int, status: str, result_text: str | None, review_reason: str | None) -> None:
-    """ACTIVE -> `status` (the caller holds the activation lock)."""
+def settle(
+    tx: Tx,
+    activation_id: int,
+    status: str,
+    result_text: str | None,
+    review_reason: str | None,
+    from_status: str = "ACTIVE",
+) -> None:
+    """`from_status` (ACTIVE, or NEEDS_REVIEW for an operator's action) -> `status`; the caller holds
+    the activation lock."""
     tx.transition(
         SETTLE_ACTIVATION,
-        (status, result_text, review_reason, tx.now(), activation_id),
-        f"settle activation {activation_id} as {status}",
+        (status, result_text, review_reason, tx.now(), activation_id, from_status),
+        f"settle activation {activation_id} from {from_status} as {status}",
     )

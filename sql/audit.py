@@ -8,8 +8,8 @@ from weave.db import Tx
 
 INSERT_AUDIT = """
 INSERT INTO audit_records
-  (namespace_id, instance_id, credential_id, actor, action, request_digest, at, details)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+  (namespace_id, instance_id, signal_id, credential_id, actor, action, request_digest, at, details)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
 
 
@@ -21,23 +21,36 @@ def record(
     details: dict,
     *,
     instance_id: int | None = None,
+    signal_id: int | None = None,
     credential_id: int | None = None,
     request_digest: str | None = None,
 ) -> None:
     tx.execute(
         INSERT_AUDIT,
-        (namespace_id, instance_id, credential_id, actor, action, request_digest, tx.now(), jsontext.compact(details)),
+        (
+            namespace_id,
+            instance_id,
+            signal_id,
+            credential_id,
+            actor,
+            action,
+            request_digest,
+            tx.now(),
+            jsontext.compact(details),
+        ),
     )
 
 
+# By the signal's key (index ix_audit_signal); the instance and the action are checked as well, so
+# that only the signal's own acceptance record, written by the same unit as the signal, counts.
 SELECT_ACCEPTANCE_DIGEST = """
 SELECT request_digest FROM audit_records
-WHERE instance_id = %s AND action = 'signal.send' AND details LIKE %s
+WHERE signal_id = %s AND instance_id = %s AND action = 'signal.send'
 ORDER BY id LIMIT 1
 """
 
 
 def acceptance_digest(tx: Tx, instance_id: int, signal_id: int) -> str | None:
     """The request digest recorded when `signal_id` was accepted, or None when no record says so."""
-    row = tx.one(SELECT_ACCEPTANCE_DIGEST, (instance_id, f'%"signal_id":"{signal_id}"%'))
+    row = tx.one(SELECT_ACCEPTANCE_DIGEST, (signal_id, instance_id))
     return None if row is None else row["request_digest"]

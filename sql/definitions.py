@@ -58,7 +58,7 @@ def publish_definition(
     latest = _definition(tx.one(SELECT_LATEST, (namespace_id, document["name"])))
     if latest is not None and latest.digest == digest:
         return latest, False
-    known_queues = {row["name"] for row in tx.all(SELECT_QUEUE_NAMES, (namespace_id,))}
+    known_queues = queue_names(tx, namespace_id)
     missing = [
         {"pointer": f"/steps/{i}/queue", "message": f"queue {step['queue']!r} does not exist in this namespace"}
         for i, step in enumerate(document["steps"])
@@ -90,6 +90,23 @@ def pinned(tx: Tx, namespace_id: int, name: str, version: int) -> Definition | N
 @read_only
 def read_definition(tx: Tx, namespace_id: int, name: str, version: int) -> Definition | None:
     return pinned(tx, namespace_id, name, version)
+
+
+SELECT_VERSIONS_OF_NAME = "SELECT id, digest FROM definitions WHERE namespace_id = %s AND name = %s"
+SELECT_EVERY_VERSION = "SELECT id, digest FROM definitions WHERE namespace_id = %s"
+
+
+def versions(tx: Tx, namespace_id: int, name: str | None) -> list[dict]:
+    """`id` and `digest` of every version of definition `name` in the namespace (of every
+    definition when `name` is None)."""
+    if name is None:
+        return tx.all(SELECT_EVERY_VERSION, (namespace_id,))
+    return tx.all(SELECT_VERSIONS_OF_NAME, (namespace_id, name))
+
+
+def queue_names(tx: Tx, namespace_id: int) -> set[str]:
+    """Every queue of the namespace: what any of its definitions can run on (publish refuses others)."""
+    return {row["name"] for row in tx.all(SELECT_QUEUE_NAMES, (namespace_id,))}
 
 
 SELECT_DOCUMENT = "SELECT document FROM definitions WHERE id = %s"

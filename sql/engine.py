@@ -19,16 +19,19 @@ global order: instance -> activation -> wait -> signals -> tasks.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
-from weave import jsontext
+from weave import jsontext, schemas
 from weave.auth import Principal
 from weave.db import Tx, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import control as control_rules
-from weave.rules import correlation, gate, progress
+from weave.rules import correlation, gate, poll, progress
+from weave.rules import review as review_rules
 from weave.rules import signals as signal_rules
 from weave.rules import waits as wait_rules
+from weave.schemas import linear
 from weave.sql import activations, audit, checkpoints, definitions, events, inbox, instances, signals, tasks, waits
 from weave.sql.instances import WorkflowFacts
 from weave.times import rfc3339
@@ -70,7 +73,12 @@ def consume_inbox_event(tx: Tx, inbox_id: int) -> str | None:
     task = tasks.read(tx, event["task_id"])
     activation = activations.lock(tx, task["activation_id"])
     inbox.mark_consumed(tx, inbox_id)
-    if task["kind"] != "TASK" or activation["status"] != "ACTIVE":
+    if task["kind"] == "QUERY":
+        _record_report(tx, instance, activation, _step(tx, instance, activation), event)
+        if activation["status"] != "ACTIVE":
+            return "RECORDED"  # later results do not reopen a settled or reviewed step (C2.7)
+        return look_at_poll(tx, instance, activation, _step(tx, instance, activation), SCANNER, inbox_path=True)
+    if activation["status"] != "ACTIVE":
         # The step moved on without this task (deadline review, cancellation, recovery): keep the fact.
         events.append(
             tx,
@@ -106,15 +114,8 @@ def control(tx: Tx, principal: Principal, workflow_id: str, action: str, reason:
     target = control_rules.transition(action, instance["status"])
     if target is None:
         raise WeaveError(Code.INVALID_STATE, f"cannot {action} a workflow that is {instance['status']}")
-    if action == "cancel":  # in lock order: activations, waits, signals, tasks
-        open_activations = activations.lock_active(tx, instance_id)
-        for activation in open_activations:
-            _settle_step(tx, instance, activation, "CANCELLED", None, None, actor)
-        for wait_id in waits.lock_waiting(tx, instance_id):
-            waits.settle(tx, wait_id, "CANCELLED")
-        signals.reject_all_pending(tx, instance_id, "INSTANCE_SETTLED")
-        for activation in open_activations:
-            tasks.cancel_open_tasks(tx, activation["id"])
+    if action == "cancel":
+        _end_steps(tx, instance, "CANCELLED", actor)
     _move_instance(tx, instance, target.status, target.gate, None, actor, {"action": action, "reason": reason})
     audit.record(
         tx,
@@ -130,6 +131,129 @@ def control(tx: Tx, principal: Principal, workflow_id: str, action: str, reason:
     return instances.read_facts(tx, namespace_id, workflow_id)
 
 
+def _end_steps(tx: Tx, instance: dict, status: str, actor: str) -> None:
+    """The instance ends (cancel, fail): every step that has not ended ends in `status`, waits are
+    cancelled, PENDING signals REJECTED/INSTANCE_SETTLED, queued tasks cancelled and running ones
+    asked to stop (P5). In lock order: activations, waits, signals, tasks."""
+    unended = activations.lock_unended(tx, instance["id"])
+    for activation in unended:
+        _settle_step(tx, instance, activation, status, None, None, actor, from_status=activation["status"])
+    for wait_id in waits.lock_waiting(tx, instance["id"]):
+        waits.settle(tx, wait_id, "CANCELLED")
+    signals.reject_all_pending(tx, instance["id"], "INSTANCE_SETTLED")
+    for activation in unended:
+        tasks.cancel_open_tasks(tx, activation["id"])
+
+
+# ---- review (R2, R3) ----------------------------------------------------------------------------
+
+
+@unit_of_work
+def review(
+    tx: Tx, principal: Principal, workflow_id: str, action: str, step_key: str | None, result: Any, reason: str
+) -> WorkflowFacts:
+    """R2: an operator repairs an instance in NEEDS_REVIEW: retry a step (a new generation),
+    complete it with a result, fail the instance or cancel it. One transaction, audited with the
+    reason and the generations before and after; 409 INVALID_STATE or TASK_IN_FLIGHT when refused.
+    `result` is the operator's value for complete_step (review_rules.ABSENT when not given)."""
+    instance_id = instances.addressed(tx, principal, workflow_id)["id"]
+    instance = instances.lock(tx, instance_id)
+    steps = definitions.document(tx, instance["definition_id"], instance["definition_digest"])["steps"]
+    index, step = next(((i, s) for i, s in enumerate(steps) if s["key"] == step_key), (None, None))
+    if action in review_rules.STEP_ACTIONS and step is None:
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            f"/step_key: the pinned definition has no step {step_key!r}",
+            [{"pointer": "/step_key", "message": "no such step in the pinned definition"}],
+        )
+    latest = activations.latest(tx, instance_id).get(step_key) if action in review_rules.STEP_ACTIONS else None
+    activation = wait = None
+    running = False
+    if latest is not None:  # in lock order: activation, wait, tasks
+        activation = activations.lock(tx, latest["id"])
+        wait = waits.lock_of_activation(tx, activation["id"])
+        running = any(task["status"] == "RUNNING" for task in tasks.lock_open_of_activation(tx, activation["id"]))
+    refused = review_rules.refusal(
+        review_rules.ReviewFacts(
+            action,
+            instance["status"],
+            activation["status"] if activation else None,
+            running,
+            gate.new_work(
+                gate.GateFacts("RUNNING", gate.OPEN, instance["application_status"], instance["deadline_at"], tx.now())
+            ),
+        )
+    )
+    if refused:
+        raise WeaveError(Code[refused.code], refused.detail)
+    actor = principal.actor
+    data = {"action": action, "reason": reason, "step": step_key}
+    if action == review_rules.COMPLETE_STEP:
+        result_text = _operator_result(step, result)
+        _close_generation(tx, instance, activation, wait, "STEP_SETTLED", wait_status="CANCELLED")
+        _settle_step(tx, instance, activation, "SUCCEEDED", result_text, None, actor, from_status="NEEDS_REVIEW")
+        data["activation_sequence"] = activation["activation_sequence"]
+    elif action == review_rules.RETRY_STEP:
+        _close_generation(tx, instance, activation, wait, "STALE_ACTIVATION", wait_status="SUPERSEDED")
+        _settle_step(tx, instance, activation, "SUPERSEDED", None, None, actor, from_status="NEEDS_REVIEW")
+        data.update(from_sequence=activation["activation_sequence"], to_sequence=activation["activation_sequence"] + 1)
+    if action in review_rules.STEP_ACTIONS:
+        instance = _move_instance(tx, instance, "RUNNING", gate.OPEN, None, actor, {"review": data})
+        if action == review_rules.RETRY_STEP:
+            activate(tx, instance, step, index, activation["activation_sequence"] + 1, actor)
+        else:
+            advance(tx, instance, actor)
+    else:
+        ended = "FAILED" if action == review_rules.FAIL else "CANCELLED"
+        _end_steps(tx, instance, ended, actor)
+        _move_instance(tx, instance, ended, gate.CLOSED, None, actor, {"review": data})
+    audit.record(
+        tx,
+        principal.namespace_id,
+        actor,
+        "workflow.review",
+        {"workflow_id": workflow_id, **data},
+        instance_id=instance_id,
+        credential_id=principal.credential_id,
+    )
+    return instances.read_facts(tx, principal.namespace_id, workflow_id)
+
+
+def _operator_result(step: dict, result: Any) -> str:
+    """complete_step's result, validated like a real one: the signal contract's schema (SIGNAL), the
+    final result's schema (POLL); its compact text (the resource has held it to 256 KiB)."""
+    if result is signal_rules.ABSENT:
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            "/result: complete_step needs the step's result",
+            [{"pointer": "/result", "message": "required for complete_step"}],
+        )
+    contract = step.get("signal") or step.get("final_signal")
+    if contract is not None:
+        problems = signal_rules.schema_problems(contract["payload_schema"], result, "/result")
+        if problems:
+            errors = [{"pointer": p.pointer, "message": p.message} for p in problems]
+            raise WeaveError(Code.VALIDATION_FAILED, f"{errors[0]['pointer']}: {errors[0]['message']}", errors)
+    return jsontext.compact(result)
+
+
+def _close_generation(
+    tx: Tx, instance: dict, activation: dict, wait: dict | None, disposition: str, wait_status: str
+) -> None:
+    """What hangs off an activation an operator settles: its (locked) wait ends (`wait_status`), its
+    PENDING signals are REJECTED with `disposition`, its queued tasks are cancelled (none runs: the
+    caller checked, holding their locks)."""
+    if wait is not None and wait["status"] != "SUPERSEDED":
+        if wait_status == "SUPERSEDED":
+            waits.supersede(tx, wait["id"])
+        elif wait["status"] == "WAITING":
+            waits.settle(tx, wait["id"], wait_status)
+    signals.reject_pending_of_generation(
+        tx, instance["id"], activation["step_key"], activation["activation_sequence"], disposition
+    )
+    tasks.cancel_open_tasks(tx, activation["id"])
+
+
 # ---- advancing an instance --------------------------------------------------------------------------
 
 
@@ -143,19 +267,30 @@ def advance(tx: Tx, instance: dict, actor: str = SCANNER) -> str:
             _move_instance(tx, instance, "SUCCEEDED", gate.CLOSED, None, actor)
         return where.move
     if where.move == progress.BUSY:
-        if steps[where.index]["type"] == "TASK":  # a wait's deadline is its own WAIT checkpoint's
-            _check_step_deadline(tx, instance, latest[steps[where.index]["key"]], actor)
+        step = steps[where.index]
+        if step["type"] == "TASK":  # a SIGNAL wait's deadline is its own WAIT checkpoint's
+            _check_step_deadline(tx, instance, latest[step["key"]], actor)
+        elif step["type"] == "POLL":  # e.g. a resume: a round that the gate held back may open now
+            activation = activations.lock(tx, latest[step["key"]]["id"])
+            return look_at_poll(tx, instance, activation, step, actor)
         return where.move
     if where.move == progress.STUCK:
         return where.move
+    verdict = _gate(tx, instance, actor)
+    if verdict == gate.GO:
+        activate(tx, instance, steps[where.index], where.index, 1, actor)
+        return "ACTIVATED"
+    return verdict
+
+
+def _gate(tx: Tx, instance: dict, actor: str) -> str:
+    """May the instance start new work now (I3)? Past its total deadline it goes to review (I4);
+    held back by a disabled application, it looks again later (nothing announces re-enabling)."""
     verdict = gate.new_work(
         gate.GateFacts(
             instance["status"], instance["gate"], instance["application_status"], instance["deadline_at"], tx.now()
         )
     )
-    if verdict == gate.GO:
-        activate(tx, instance, steps[where.index], where.index, 1, actor)
-        return "ACTIVATED"
     if verdict == gate.DEADLINE_EXCEEDED:
         _move_instance(tx, instance, "NEEDS_REVIEW", gate.CLOSED, "DEADLINE_EXCEEDED", actor)
     elif verdict == gate.HOLD and instance["application_status"] != "ACTIVE" and instance["status"] == "RUNNING":
@@ -185,26 +320,30 @@ def activate(tx: Tx, instance: dict, step: dict, index: int, sequence: int, acto
         data["task_id"] = str(task_id)
         # Look again at the step deadline: a step whose task has not finished by then goes to review.
         checkpoints.schedule_root(tx, instance["id"], deadline_at)
-    elif step["type"] == "SIGNAL":
-        try:
-            context = instances.context(tx, instance["id"], instance["workflow_id"], instance["input"], jsontext.loads)
-            key = correlation.correlation_key(context, step["correlation"])
-        except correlation.Unresolved as exc:
-            review_reason, data["problem"] = "CORRELATION_UNRESOLVED", str(exc)
-        else:
-            wait_id = waits.insert(tx, instance["id"], activation, step, step["signal"], key, deadline_at)
-            # One look now scans the early signals (S2.1); one at the deadline expires the wait (S2.6).
-            checkpoints.schedule_wait(tx, instance["id"], wait_id, now)
-            checkpoints.schedule_wait(tx, instance["id"], wait_id, deadline_at)
-            data["wait_id"] = str(wait_id)
-    else:
-        # POLL steps (query rounds racing a final signal) are not built yet: hand the step to an
-        # operator rather than pretend to poll.
-        review_reason = "STEP_TYPE_NOT_AVAILABLE"
+    else:  # SIGNAL, or POLL: a wait for the (final) signal, when the step has a contract
+        contract = step.get("signal") or step.get("final_signal")
+        if contract is not None:
+            try:
+                context = instances.context(
+                    tx, instance["id"], instance["workflow_id"], instance["input"], jsontext.loads
+                )
+                key = correlation.correlation_key(context, step["correlation"])
+            except correlation.Unresolved as exc:
+                review_reason, data["problem"] = "CORRELATION_UNRESOLVED", str(exc)
+            else:
+                wait_id = waits.insert(tx, instance["id"], activation, step, contract, key, deadline_at)
+                # One look now scans the early signals (S2.1); one at the deadline expires the wait (S2.6).
+                checkpoints.schedule_wait(tx, instance["id"], wait_id, now)
+                checkpoints.schedule_wait(tx, instance["id"], wait_id, deadline_at)
+                data["wait_id"] = str(wait_id)
+        elif step["type"] == "POLL":
+            checkpoints.schedule_root(tx, instance["id"], deadline_at)  # no wait: the deadline is a ROOT look
     events.append(tx, instance["id"], "STEP_ACTIVATED", data)
     audit.record(tx, instance["namespace_id"], actor, "step.activate", data, instance_id=instance["id"])
     if review_reason:
         review_step(tx, instance, activation, review_reason, actor)
+    elif step["type"] == "POLL":
+        _open_round(tx, instance, activation, step, 1, now)
     return activation["id"]
 
 
@@ -240,51 +379,75 @@ def consume_wait(tx: Tx, instance: dict, wait_id: int, actor: str) -> str:
         return "SETTLED"
     activation = activations.lock(tx, found["activation_id"])
     wait = waits.lock(tx, wait_id)
-    if wait["status"] != "WAITING":
-        return "SETTLED"
+    if wait["status"] != "WAITING" or activation["status"] != "ACTIVE":
+        return "SETTLED"  # decided, or the step is with an operator (review) who will settle the wait
+    if wait["kind"] == "POLL":
+        return look_at_poll(tx, instance, activation, _step(tx, instance, activation), actor, wait=wait)
     pending = signals.lock_pending_of_generation(tx, instance["id"], wait["step_key"], wait["activation_sequence"])
-    verdict = wait_rules.adjudicate(
+    verdict = _adjudicate_signals(wait, pending, tx.now())
+    _reject(tx, instance, verdict.rejected)
+    if verdict.winner is not None:
+        winner = next(s for s in pending if s["id"] == verdict.winner)
+        if not _proof_holds(tx, instance, winner):
+            _refuse_tampered(tx, instance, activation, winner, actor)
+            return "PROOF_MISMATCH"
+        _consume(tx, instance, wait, winner, actor)
+        result = winner["payload"] if winner["payload_present"] and winner["payload"] is not None else "null"
+        succeed_step(tx, instance, activation, result, actor)
+        return "CONSUMED"
+    if verdict.expire:
+        _expire(tx, instance, wait)
+        review_step(tx, instance, activation, "WAIT_EXPIRED", actor)
+        return "EXPIRED"
+    return "WAITING"
+
+
+def _adjudicate_signals(wait: dict, pending: list[dict], now: datetime) -> wait_rules.Verdict:
+    return wait_rules.adjudicate(
         wait_rules.WaitFacts(wait["name"], wait["payload_version"], wait["correlation"], wait["deadline_at"]),
         [
             wait_rules.PendingSignal(s["id"], s["name"], s["payload_version"], s["correlation"], s["accepted_at"])
             for s in pending
         ],
-        tx.now(),
+        now,
     )
-    for signal_id, disposition in verdict.rejected.items():
+
+
+def _reject(tx: Tx, instance: dict, dispositions: dict[int, str]) -> None:
+    for signal_id, disposition in dispositions.items():
         signals.reject(tx, signal_id, disposition)
         events.append(tx, instance["id"], "SIGNAL_REJECTED", {"signal_id": str(signal_id), "disposition": disposition})
-    if verdict.winner is not None:
-        winner = next(s for s in pending if s["id"] == verdict.winner)
-        if not _proof_holds(tx, instance, winner):
-            review_step(tx, instance, activation, "ACCEPTANCE_PROOF_MISMATCH", actor)
-            events.append(tx, instance["id"], "SIGNAL_PROOF_MISMATCH", {"signal_id": str(winner["id"])})
-            return "PROOF_MISMATCH"
-        signals.consume(tx, winner["id"], wait_id)
-        waits.satisfy(tx, wait_id, winner["id"])
-        events.append(tx, instance["id"], "SIGNAL_CONSUMED", {"signal_id": str(winner["id"]), "wait_id": str(wait_id)})
-        audit.record(
-            tx,
-            instance["namespace_id"],
-            actor,
-            "signal.consume",
-            {
-                "signal_id": str(winner["id"]),
-                "wait_id": str(wait_id),
-                "step": wait["step_key"],
-                "activation_sequence": wait["activation_sequence"],
-            },
-            instance_id=instance["id"],
-        )
-        result = winner["payload"] if winner["payload_present"] and winner["payload"] is not None else "null"
-        succeed_step(tx, instance, activation, result, actor)
-        return "CONSUMED"
-    if verdict.expire:
-        waits.settle(tx, wait_id, "EXPIRED")
-        events.append(tx, instance["id"], "WAIT_EXPIRED", {"wait_id": str(wait_id), "step": wait["step_key"]})
-        review_step(tx, instance, activation, "WAIT_EXPIRED", actor)
-        return "EXPIRED"
-    return "WAITING"
+
+
+def _consume(tx: Tx, instance: dict, wait: dict, winner: dict, actor: str) -> None:
+    """The wait's one winner (S2.5): the signal CONSUMED, the wait SATISFIED, with event and audit."""
+    signals.consume(tx, winner["id"], wait["id"])
+    waits.satisfy(tx, wait["id"], winner["id"])
+    events.append(tx, instance["id"], "SIGNAL_CONSUMED", {"signal_id": str(winner["id"]), "wait_id": str(wait["id"])})
+    audit.record(
+        tx,
+        instance["namespace_id"],
+        actor,
+        "signal.consume",
+        {
+            "signal_id": str(winner["id"]),
+            "wait_id": str(wait["id"]),
+            "step": wait["step_key"],
+            "activation_sequence": wait["activation_sequence"],
+        },
+        instance_id=instance["id"],
+    )
+
+
+def _refuse_tampered(tx: Tx, instance: dict, activation: dict, signal: dict, actor: str) -> None:
+    """S1.12: a signal whose stored form no longer gives its recorded digest is never used."""
+    review_step(tx, instance, activation, "ACCEPTANCE_PROOF_MISMATCH", actor)
+    events.append(tx, instance["id"], "SIGNAL_PROOF_MISMATCH", {"signal_id": str(signal["id"])})
+
+
+def _expire(tx: Tx, instance: dict, wait: dict) -> None:
+    waits.settle(tx, wait["id"], "EXPIRED")
+    events.append(tx, instance["id"], "WAIT_EXPIRED", {"wait_id": str(wait["id"]), "step": wait["step_key"]})
 
 
 def _proof_holds(tx: Tx, instance: dict, signal: dict) -> bool:
@@ -306,6 +469,211 @@ def _proof_holds(tx: Tx, instance: dict, signal: dict) -> bool:
     if recorded is None or recorded != signal["request_digest"]:
         return False
     return signal_rules.request_digest(fields, payload) == recorded
+
+
+# ---- POLL steps (SPEC §7) -----------------------------------------------------------------------------
+
+
+def look_at_poll(
+    tx: Tx,
+    instance: dict,
+    activation: dict,
+    step: dict,
+    actor: str,
+    *,
+    wait: dict | None = None,
+    inbox_path: bool = False,
+) -> str:
+    """Decide an ACTIVE POLL activation from its facts (`weave.rules.poll`): the one place that a
+    round's inbox event, the wait's checkpoint and the instance's ROOT checkpoint all come to.
+
+    The caller holds the instance and activation locks; the wait, the generation's PENDING signals
+    and the current round's task are locked here, in that order, so no report or signal can
+    arrive while the facts are read. Returns what was decided, for logs and tests.
+    """
+    if wait is None and step.get("final_signal") is not None:
+        wait = waits.lock_of_activation(tx, activation["id"])
+    waiting = wait is not None and wait["status"] == "WAITING"
+    pending = []
+    if waiting:
+        pending = signals.lock_pending_of_generation(tx, instance["id"], wait["step_key"], wait["activation_sequence"])
+    current = tasks.lock_current_round(tx, activation["id"])
+    now = tx.now()
+    if not inbox_path and current["status"] not in poll.OPEN:
+        unconsumed = inbox.claim_of_task(tx, current["id"])
+        if unconsumed is not None and unconsumed["attempts"] > 0 and unconsumed["available_at"] > now:
+            # C5: the round's report failed to apply and waits for its retry: never decide without it.
+            checkpoints.schedule_root(tx, instance["id"], unconsumed["available_at"])
+            return "DEFERRED"
+        if unconsumed is not None:
+            # C5: decide with the stored report, and record it first, so the history shows every
+            # fact before the decision it made.
+            inbox.mark_consumed(tx, unconsumed["id"])
+            _record_report(tx, instance, activation, step, unconsumed)
+    the_round = _round(current, step)
+    candidate_row = taken = candidate = None
+    if waiting:
+        verdict = _adjudicate_signals(wait, pending, now)
+        # Mismatched and late signals are refused whoever wins; matching losers wait for the winner.
+        _reject(tx, instance, {i: d for i, d in verdict.rejected.items() if d != "WAIT_SETTLED"})
+        if verdict.winner is not None:
+            candidate_row = next(s for s in pending if s["id"] == verdict.winner)
+            candidate = _final_signal(candidate_row)
+    elif wait is not None and wait["winner_signal_id"] is not None:
+        taken = _final_signal(signals.read_payload(tx, wait["winner_signal_id"]))
+    signal = taken or candidate
+    decision = poll.decide(
+        poll.PollFacts(
+            round=the_round,
+            deadline_at=activation["deadline_at"],
+            now=now,
+            interval=timedelta(seconds=step["interval_seconds"]),
+            taken=taken,
+            candidate=candidate,
+            same_result=signal is not None
+            and the_round.report == poll.FINAL
+            and linear.identity(the_round.result) == linear.identity(signal.result),
+        )
+    )
+    if decision.kind == poll.WAIT:
+        return "WAITING"
+    if decision.kind == poll.NEXT_ROUND:
+        verdict = _gate(tx, instance, actor)
+        if verdict != gate.GO:
+            return verdict  # a resume (ROOT checkpoint) or the re-enabled application looks again
+        _open_round(tx, instance, activation, step, the_round.number + 1, decision.available_at)
+        return "ROUND_OPENED"
+    if candidate_row is not None and decision.signal_id == candidate_row["id"]:
+        # The signal wins, or is taken while the round runs, or was first before a report the
+        # signal cannot overwrite (C2.6): in every case it is the wait's winner, whichever path
+        # looked first.
+        if not _proof_holds(tx, instance, candidate_row):
+            _refuse_tampered(tx, instance, activation, candidate_row, actor)
+            return "PROOF_MISMATCH"
+        _consume(tx, instance, wait, candidate_row, actor)
+        _reject(tx, instance, {i: d for i, d in verdict.rejected.items() if d == "WAIT_SETTLED"})
+    if decision.cancel_round:
+        tasks.cancel_open_tasks(tx, activation["id"])
+    events.append(tx, instance["id"], "POLL_DECIDED", _decision_data(activation, decision, the_round, signal))
+    if decision.kind == poll.QUERY_WINS:
+        if waiting:
+            _reject(tx, instance, {i: "QUERY_SETTLED" for i, d in verdict.rejected.items() if d == "WAIT_SETTLED"})
+            if candidate is not None:
+                _reject(tx, instance, {candidate.signal_id: "QUERY_SETTLED"})
+            waits.satisfy(tx, wait["id"], None)
+        succeed_step(tx, instance, activation, jsontext.compact(the_round.result), actor)
+        return "QUERY_WON"
+    if decision.kind == poll.SIGNAL_WINS:
+        succeed_step(tx, instance, activation, jsontext.compact(signal.result), actor)
+        return "SIGNAL_WON"
+    if decision.kind == poll.TAKE_SIGNAL:
+        return "SIGNAL_TAKEN"  # C3: the wait is SATISFIED, the step stays ACTIVE until Pulse reports
+    if waiting and now >= wait["deadline_at"]:
+        _expire(tx, instance, wait)
+    review_step(tx, instance, activation, decision.reason, actor)
+    return "REVIEW"
+
+
+def _report(result_text: str | None, step: dict) -> tuple[str, Any]:
+    """(PENDING | FINAL | INVALID, the FINAL result) of a round that SUCCEEDED; a FINAL result must
+    also fit the final signal's schema (C2.6)."""
+    report, result = poll.parse_report(jsontext.loads(result_text) if result_text is not None else None)
+    contract = step.get("final_signal")
+    if report == poll.FINAL and contract is not None:
+        if schemas.errors_of(schemas.payload_validator(contract["payload_schema"]), result):
+            return poll.INVALID, None
+    return report, result
+
+
+def _round(task: dict, step: dict) -> poll.Round:
+    """The current round's facts."""
+    report = result = None
+    if task["status"] == poll.SUCCEEDED:
+        report, result = _report(task["result"], step)
+    return poll.Round(
+        task_id=task["id"],
+        number=task["number"],
+        status=task["status"],
+        completed_at=task["completed_at"],
+        report=report,
+        result=result,
+        cancel_requested=bool(task["cancel_requested"]),
+    )
+
+
+def _final_signal(row: dict) -> poll.Signal:
+    """A final signal's facts; its payload was checked at acceptance to be {"state": "FINAL", "result": …}."""
+    return poll.Signal(row["id"], row["accepted_at"], jsontext.loads(row["payload"])["result"])
+
+
+def _open_round(tx: Tx, instance: dict, activation: dict, step: dict, number: int, available_at: datetime) -> None:
+    """Round `number`: a QUERY task on the step's queue, claimable at `available_at` (C1)."""
+    task_id = tasks.create(
+        tx,
+        instance["namespace_id"],
+        step["queue"],
+        instance["id"],
+        activation["id"],
+        "QUERY",
+        step.get("max_attempts", 3),
+        activation["deadline_at"],
+        available_at,
+    )
+    events.append(
+        tx,
+        instance["id"],
+        "QUERY_ROUND_STARTED",
+        {
+            "step": step["key"],
+            "activation_sequence": activation["activation_sequence"],
+            "round": number,
+            "task_id": str(task_id),
+            "available_at": rfc3339(available_at),
+        },
+    )
+
+
+def _decision_data(activation: dict, decision: poll.Decision, the_round: poll.Round, signal) -> dict:
+    """What a POLL decision is recorded with: the rule, and the facts' times that made it."""
+    data = {
+        "step": activation["step_key"],
+        "activation_sequence": activation["activation_sequence"],
+        "decision": decision.kind,
+        "rule": decision.rule,
+        "round": the_round.number,
+        "task_id": str(the_round.task_id),
+        "task_status": the_round.status,
+        "report": the_round.report,
+        "completed_at": rfc3339(the_round.completed_at),
+    }
+    if signal is not None:
+        data.update(signal_id=str(signal.signal_id), accepted_at=rfc3339(signal.accepted_at))
+    if decision.reason:
+        data["review_reason"] = decision.reason
+    return data
+
+
+def _record_report(tx: Tx, instance: dict, activation: dict, step: dict, event: dict) -> None:
+    """QUERY_RESULT_RECORDED, once per round's final report (its inbox event is consumed with it):
+    Pulse's outcome, what the report says, and the report or error as the worker sent it."""
+    data = {
+        "step": activation["step_key"],
+        "activation_sequence": activation["activation_sequence"],
+        "task_id": str(event["task_id"]),
+        "outcome": event["outcome"],
+        "completed_at": rfc3339(event["completed_at"]),
+    }
+    if event["outcome"] == poll.SUCCEEDED:
+        data["report"] = _report(event["result"], step)[0]
+    if event["result"] is not None:
+        data["result" if event["outcome"] == poll.SUCCEEDED else "error"] = jsontext.Raw(event["result"])
+    events.append(tx, instance["id"], "QUERY_RESULT_RECORDED", data)
+
+
+def _step(tx: Tx, instance: dict, activation: dict) -> dict:
+    """The definition's step of an activation."""
+    document = definitions.document(tx, instance["definition_id"], instance["definition_digest"])
+    return next(step for step in document["steps"] if step["key"] == activation["step_key"])
 
 
 # ---- settling a step, and the instance's state ---------------------------------------------------------
@@ -334,9 +702,10 @@ def _settle_step(
     result_text: str | None,
     review_reason: str | None,
     actor: str,
+    from_status: str = "ACTIVE",
 ) -> None:
-    """The locked ACTIVE activation ends in `status`, with its event and audit record."""
-    activations.settle(tx, activation["id"], status, result_text, review_reason)
+    """The locked activation ends in `status`, with its event and audit record."""
+    activations.settle(tx, activation["id"], status, result_text, review_reason, from_status)
     data = {"step": activation["step_key"], "activation_sequence": activation["activation_sequence"]}
     if review_reason:
         data["review_reason"] = review_reason

@@ -53,3 +53,16 @@ def claim(tx: Tx, inbox_id: int) -> dict | None:
 
 def mark_consumed(tx: Tx, inbox_id: int) -> None:
     tx.transition(MARK_CONSUMED, (tx.now(), inbox_id), f"consume inbox event {inbox_id}")
+
+
+CLAIM_OF_TASK = """
+SELECT id, task_id, instance_id, outcome, result, completed_at, attempts, available_at
+FROM inbox_events WHERE task_id = %s AND status = 'PENDING'
+FOR UPDATE SKIP LOCKED
+"""
+
+
+def claim_of_task(tx: Tx, task_id: int) -> dict | None:
+    """The task's PENDING inbox event, locked; None when it is consumed, or held by a scanner that
+    is about to apply it (it waits for the instance lock the caller holds: skipped, never waited on)."""
+    return tx.one(CLAIM_OF_TASK, (task_id,))

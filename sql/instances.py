@@ -1,4 +1,4 @@
-"""Workflow instances: start (idempotent on workflow_id), read with their steps, lock, move.
+"""Workflow instances: start (idempotent on workflow_id), read with their steps, list, lock, move.
 
 Lock order: the instance row first, then what hangs off it (activations, waits, signals, tasks).
 Starting writes the instance (RUNNING, gate OPEN), a ROOT checkpoint due now, the first event and
@@ -8,8 +8,10 @@ later change of an instance's status is the engine's, through `move`.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import islice
 from typing import Any, Callable
 
 from weave.auth import Principal
@@ -125,6 +127,78 @@ def addressed(tx: Tx, principal: Principal, workflow_id: str) -> dict:
 def list_events(tx: Tx, principal: Principal, workflow_id: str, after: int, limit: int) -> list[dict]:
     """Up to `limit` events of the workflow with seq > `after`, oldest first."""
     return events.page(tx, addressed(tx, principal, workflow_id)["id"], after, limit)
+
+
+# ---- the workflow list (§11): newest first, only what the credential may read ------------------------
+
+LIST_COLUMNS = """
+SELECT i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version, d.digest AS definition_digest,
+       i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at
+FROM instances i JOIN definitions d ON d.id = i.definition_id
+"""
+# Each statement reads one range of one index of migration 0006 backwards from the cursor.
+SELECT_NEWEST = LIST_COLUMNS + "WHERE i.namespace_id = %s AND i.id < %s ORDER BY i.id DESC LIMIT %s"
+SELECT_NEWEST_BY_STATUS = (
+    LIST_COLUMNS + "WHERE i.namespace_id = %s AND i.status = %s AND i.id < %s ORDER BY i.id DESC LIMIT %s"
+)
+SELECT_NEWEST_OF_VERSION = LIST_COLUMNS + "WHERE i.definition_id = %s AND i.id < %s ORDER BY i.id DESC LIMIT %s"
+SELECT_NEWEST_OF_VERSION_BY_STATUS = (
+    LIST_COLUMNS + "WHERE i.definition_id = %s AND i.status = %s AND i.id < %s ORDER BY i.id DESC LIMIT %s"
+)
+NO_CURSOR = 2**64 - 1  # above every BIGINT UNSIGNED id
+
+
+def _may_read(tx: Tx, principal: Principal, definition_id: int, digest: str) -> bool:
+    """Whether `principal` holds a grant for every queue of the definition (S1.1, §11)."""
+    return principal.holds_queues(definition_rules.queues_used(definitions.document(tx, definition_id, digest)))
+
+
+def _versions_to_list(tx: Tx, principal: Principal, name: str | None) -> list[int] | None:
+    """The definition versions whose instances the page is read from, one index range each; None
+    when a namespace-wide range serves (no name given, and every definition is readable)."""
+    namespace_id = principal.namespace_id
+    if name is None and principal.holds_queues(definitions.queue_names(tx, namespace_id)):
+        return None  # every definition runs on the namespace's queues, and all of them are granted
+    versions = definitions.versions(tx, namespace_id, name)
+    readable = [v["id"] for v in versions if _may_read(tx, principal, v["id"], v["digest"])]
+    return None if name is None and len(readable) == len(versions) else readable
+
+
+@read_only
+def list_workflows(
+    tx: Tx, principal: Principal, status: str | None, definition: str | None, after: int | None, limit: int
+) -> tuple[list[dict], int | None]:
+    """A page of the namespace's instances, newest first (ids below the cursor `after`), of one
+    status and one definition name when given; and the cursor of the next page (None on the last).
+
+    Only instances the credential may read are listed: those whose pinned definition's queues are
+    all granted (docs/decisions.md). Such a credential's list is read from the readable versions,
+    one index range per version, merged: never from a scan that skips what it may not see.
+    """
+    before = after or NO_CURSOR
+    versions = _versions_to_list(tx, principal, definition)
+    if versions is None:
+        if status is None:
+            rows = tx.all(SELECT_NEWEST, (principal.namespace_id, before, limit + 1))
+        else:
+            rows = tx.all(SELECT_NEWEST_BY_STATUS, (principal.namespace_id, status, before, limit + 1))
+    else:
+        ranges = [
+            tx.all(SELECT_NEWEST_OF_VERSION, (version, before, limit + 1))
+            if status is None
+            else tx.all(SELECT_NEWEST_OF_VERSION_BY_STATUS, (version, status, before, limit + 1))
+            for version in versions
+        ]
+        rows = list(islice(heapq.merge(*ranges, key=lambda row: row["id"], reverse=True), limit + 1))
+    page = rows[:limit]
+    next_after = page[-1]["id"] if len(rows) > limit else None
+    # Checked row by row as well: a definition on a new queue may have been published (and started)
+    # since the grants were compared above, and the namespace-wide range would list it.
+    readable: dict[int, bool] = {}
+    for row in page:
+        if row["definition_id"] not in readable:
+            readable[row["definition_id"]] = _may_read(tx, principal, row["definition_id"], row["definition_digest"])
+    return [row for row in page if readable[row["definition_id"]]], next_after
 
 
 @unit_of_work(replay_on=("uq_instances_workflow",))

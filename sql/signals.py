@@ -257,6 +257,7 @@ def _accept(
             "instance_deadline_at": rfc3339(instance["deadline_at"]),
         },
         instance_id=instance["id"],
+        signal_id=signal_id,
         credential_id=principal.credential_id,
         request_digest=request.request_digest,
     )
@@ -316,6 +317,10 @@ CONSUME_SIGNAL = """
 UPDATE signals SET status = 'CONSUMED', consumed_wait_id = %s, consumed_at = %s, settled_at = %s
 WHERE id = %s AND status = 'PENDING'
 """
+REJECT_PENDING_OF_GENERATION = """
+UPDATE signals SET status = 'REJECTED', disposition = %s, settled_at = %s
+WHERE instance_id = %s AND target_step_key = %s AND target_activation_sequence = %s AND status = 'PENDING'
+"""
 REJECT_PENDING_OF_INSTANCE = """
 UPDATE signals SET status = 'REJECTED', disposition = %s, settled_at = %s
 WHERE instance_id = %s AND status = 'PENDING'
@@ -327,6 +332,14 @@ def lock_pending_of_generation(tx: Tx, instance_id: int, step_key: str, sequence
     return tx.all(LOCK_PENDING_OF_GENERATION, (instance_id, step_key, sequence))
 
 
+SELECT_PAYLOAD = "SELECT id, accepted_at, payload FROM signals WHERE id = %s"
+
+
+def read_payload(tx: Tx, signal_id: int) -> dict:
+    """`id`, `accepted_at` and `payload` of a signal (not locked: a consumed signal does not change)."""
+    return tx.one(SELECT_PAYLOAD, (signal_id,))
+
+
 def reject(tx: Tx, signal_id: int, disposition: str) -> None:
     tx.transition(REJECT_SIGNAL, (disposition, tx.now(), signal_id), f"reject signal {signal_id} ({disposition})")
 
@@ -334,6 +347,11 @@ def reject(tx: Tx, signal_id: int, disposition: str) -> None:
 def consume(tx: Tx, signal_id: int, wait_id: int) -> None:
     now = tx.now()
     tx.transition(CONSUME_SIGNAL, (wait_id, now, now, signal_id), f"consume signal {signal_id}")
+
+
+def reject_pending_of_generation(tx: Tx, instance_id: int, step_key: str, sequence: int, disposition: str) -> int:
+    """Every PENDING signal aimed at one step generation (any number, none included) is REJECTED."""
+    return tx.execute(REJECT_PENDING_OF_GENERATION, (disposition, tx.now(), instance_id, step_key, sequence))
 
 
 def reject_all_pending(tx: Tx, instance_id: int, disposition: str) -> int:

@@ -41,13 +41,24 @@ def create(
     kind: str,
     max_attempts: int,
     deadline_at: datetime,
+    available_at: datetime | None = None,
 ) -> int:
-    """A QUEUED task, claimable now. The caller holds the instance lock."""
+    """A QUEUED task, claimable from `available_at` (now by default). The caller holds the instance lock."""
     queue_row = tx.one(SELECT_QUEUE_ID, (namespace_id, queue))
     now = tx.now()
     return tx.insert(
         INSERT_TASK,
-        (namespace_id, queue_row["id"], instance_id, activation_id, kind, max_attempts, now, deadline_at, now),
+        (
+            namespace_id,
+            queue_row["id"],
+            instance_id,
+            activation_id,
+            kind,
+            max_attempts,
+            available_at or now,
+            deadline_at,
+            now,
+        ),
     )
 
 
@@ -324,6 +335,11 @@ FROM tasks WHERE activation_id = %s AND status IN ('QUEUED', 'RUNNING') ORDER BY
 """
 
 
+def lock_open_of_activation(tx: Tx, activation_id: int) -> list[dict]:
+    """The activation's QUEUED and RUNNING tasks, locked: none can start or end while they are held."""
+    return tx.all(LOCK_OPEN_TASKS_OF_ACTIVATION, (activation_id,))
+
+
 def cancel_open_tasks(tx: Tx, activation_id: int) -> list[str]:
     """P5: QUEUED tasks of the activation are CANCELLED at once (with their inbox event); RUNNING
     ones get a cancel intent and keep lease, permit and step until the worker reports.
@@ -358,3 +374,17 @@ SELECT_TASK = "SELECT id, activation_id, kind, status, attempt FROM tasks WHERE 
 def read(tx: Tx, task_id: int) -> dict:
     """A task's identity and state, not locked (for a settled task: final)."""
     return tx.one(SELECT_TASK, (task_id,))
+
+
+# The newest task of an activation is a POLL step's current round; its number is its position.
+LOCK_CURRENT_ROUND = """
+SELECT id, status, result, completed_at, cancel_requested,
+       (SELECT COUNT(*) FROM tasks r WHERE r.activation_id = t.activation_id) AS number
+FROM tasks t WHERE activation_id = %s ORDER BY id DESC LIMIT 1
+FOR UPDATE
+"""
+
+
+def lock_current_round(tx: Tx, activation_id: int) -> dict | None:
+    """A POLL activation's newest query task, locked: Pulse cannot settle it while it is decided."""
+    return tx.one(LOCK_CURRENT_ROUND, (activation_id,))

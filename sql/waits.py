@@ -22,6 +22,11 @@ SELECT id, instance_id, step_key, kind, name, payload_version, correlation, acti
        status, deadline_at, winner_signal_id
 FROM waits WHERE id = %s FOR UPDATE
 """
+LOCK_WAIT_OF_ACTIVATION = """
+SELECT id, instance_id, step_key, kind, name, payload_version, correlation, activation_id, activation_sequence,
+       status, deadline_at, winner_signal_id
+FROM waits WHERE activation_id = %s FOR UPDATE
+"""
 SELECT_WAITING_FOR_GENERATION = """
 SELECT id, deadline_at FROM waits
 WHERE instance_id = %s AND step_key = %s AND activation_sequence = %s AND status = 'WAITING'
@@ -32,6 +37,10 @@ UPDATE waits SET status = 'SATISFIED', winner_signal_id = %s, settled_at = %s
 WHERE id = %s AND status = 'WAITING' AND winner_signal_id IS NULL
 """
 SETTLE_WAIT = "UPDATE waits SET status = %s, settled_at = %s WHERE id = %s AND status = 'WAITING'"
+# A retried step's old wait, whatever became of it; its winner, if any, stays recorded (R2).
+SUPERSEDE_WAIT = """
+UPDATE waits SET status = 'SUPERSEDED', settled_at = COALESCE(settled_at, %s) WHERE id = %s AND status <> 'SUPERSEDED'
+"""
 
 
 def insert(
@@ -64,6 +73,10 @@ def lock(tx: Tx, wait_id: int) -> dict:
     return tx.one(LOCK_WAIT, (wait_id,))
 
 
+def lock_of_activation(tx: Tx, activation_id: int) -> dict | None:
+    return tx.one(LOCK_WAIT_OF_ACTIVATION, (activation_id,))
+
+
 def waiting_for(tx: Tx, instance_id: int, step_key: str, sequence: int) -> dict | None:
     """The WAITING wait of one step generation, if any (not locked)."""
     return tx.one(SELECT_WAITING_FOR_GENERATION, (instance_id, step_key, sequence))
@@ -74,11 +87,15 @@ def lock_waiting(tx: Tx, instance_id: int) -> list[int]:
     return [row["id"] for row in tx.all(LOCK_WAITING_OF_INSTANCE, (instance_id,))]
 
 
-def satisfy(tx: Tx, wait_id: int, winner_signal_id: int) -> None:
-    """WAITING -> SATISFIED with its one winner (S2.5)."""
+def satisfy(tx: Tx, wait_id: int, winner_signal_id: int | None) -> None:
+    """WAITING -> SATISFIED with its one winner (S2.5); a POLL wait won by its query has none (C2.1)."""
     tx.transition(SATISFY_WAIT, (winner_signal_id, tx.now(), wait_id), f"satisfy wait {wait_id}")
 
 
 def settle(tx: Tx, wait_id: int, status: str) -> None:
     """WAITING -> EXPIRED or CANCELLED."""
     tx.transition(SETTLE_WAIT, (status, tx.now(), wait_id), f"settle wait {wait_id} as {status}")
+
+
+def supersede(tx: Tx, wait_id: int) -> None:
+    tx.transition(SUPERSEDE_WAIT, (tx.now(), wait_id), f"supersede wait {wait_id}")

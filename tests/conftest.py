@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 
 import falcon.testing
 import pytest
-from helpers import Flow, Tenant, make_tenant
+from helpers import Flow, Tenant, make_tenant, serving
 
 from weave import migrate
 from weave.app import create_app
 from weave.config import Config
 from weave.db import ControlledClock, Database, DatabaseUrl, connect
 from weave.devdb import PrivateServer, ServerNotFound
+from weave.server import create_server
 
 TEST_DATABASE = "weave_test"
 MIGRATION_TABLES = ("_yoyo_log", "_yoyo_migration", "_yoyo_version", "yoyo_lock")
@@ -174,3 +176,15 @@ def other_tenant(database) -> Tenant:
 @pytest.fixture
 def flow(client, tenant, database) -> Flow:
     return Flow(client, tenant, database)
+
+
+# ---- a real HTTP server, for the SDK and the command line ---------------------------------------
+
+
+@pytest.fixture
+def live_url(config, database):
+    """Weave's waitress server on a free 127.0.0.1 port, serving the app on the test database; its URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = create_server(create_app(config, database), listener, Config(config.database_url, threads=8))
+    with serving(server):
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"

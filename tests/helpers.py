@@ -1,12 +1,17 @@
 """Plain helpers that test modules import (`from helpers import ...`); fixtures stay in conftest.py.
 
 `Tenant`/`make_tenant` set up a namespace to test in, `Flow` drives workflows through the HTTP API
-and the scanner, and the rest are definition documents and signal bodies that several tests share.
+and the scanner, `serving` runs a real waitress server in a thread, and the rest are definition
+documents and signal bodies that several tests share.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass
+
+from waitress import wasyncore
 
 from weave import auth
 from weave.db import Database
@@ -48,6 +53,19 @@ class Tenant:
     def principal(self, *scopes: str, **kwargs) -> auth.Principal:
         """What a request with a new credential of these scopes and grants is authorized as."""
         return tenancy.authenticate(self.database, auth.token_hash(self.token(*scopes, **kwargs)))
+
+
+@contextlib.contextmanager
+def serving(server):
+    """Run a waitress server (from `weave.server.create_server`) in a thread; stop it afterwards."""
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.task_dispatcher.shutdown()
+        wasyncore.close_all(server._map)  # every connection and the listener: the loop then ends
+        thread.join(10)
 
 
 def make_tenant(database: Database, namespace: str, queues: dict[str, int]) -> Tenant:
@@ -206,3 +224,51 @@ def payment(correlation_key: str = "o-1", sequence: int = 1, **overrides) -> dic
     }
     body.update(overrides)
     return {k: v for k, v in body.items() if v is not ABSENT}
+
+
+INSERT_INSTANCE_ROW = """
+INSERT INTO instances (namespace_id, workflow_id, definition_id, application_id, input, request_digest, status, gate,
+                       review_reason, deadline_at, created_at, updated_at)
+SELECT d.namespace_id, %s, d.id, a.id, '{}', REPEAT('0', 64), %s, %s, %s, %s, %s, %s
+FROM definitions d JOIN applications a ON a.namespace_id = d.namespace_id AND a.name = 'app'
+WHERE d.namespace_id = (SELECT id FROM namespaces WHERE name = %s) AND d.name = %s AND d.version = %s
+"""
+
+
+def insert_instances(database: Database, namespace: str, definition: str, version: int, rows: list[tuple]) -> None:
+    """Instances written straight into the table (not started: no steps, checkpoint or history), fast.
+
+    `rows` are `(workflow_id, status, review_reason)`; the definition version must be published.
+    """
+    now = database.run(lambda tx: tx.now())
+    gates = {"RUNNING": "OPEN"}
+    database.run(
+        lambda tx: tx.executemany(
+            INSERT_INSTANCE_ROW,
+            [
+                (wid, status, gates.get(status, "CLOSED"), reason, now, now, now, namespace, definition, version)
+                for wid, status, reason in rows
+            ],
+        )
+    )
+
+
+# ---- the SDK --------------------------------------------------------------------------------------
+
+OPERATOR_SCOPES = (
+    "definitions:write",
+    "definitions:read",
+    "workflows:start",
+    "workflows:read",
+    "workflows:signal",
+    "workflows:control",
+    "workflows:review",
+)
+
+
+def sdk_client(url: str, tenant: Tenant, *scopes: str, actor: str = "ops", **kwargs):
+    """A `weave.sdk.Client` of a new credential (every operator scope, both queues, unless told)."""
+    from weave.sdk import Client
+
+    token = tenant.token(*(scopes or OPERATOR_SCOPES), queues=("inventory", "carrier"), actor=actor)
+    return Client(url, token, tenant.namespace, **{"timeout": 10, **kwargs})

@@ -8,8 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from weave import auth, migrate
-from weave.cli import main
+from weave import auth, migrate, schemas
+from weave.cli import DEV_DEFINITION, DEV_POLL_DEFINITION, main
+from weave.rules import definitions as definition_rules
 from weave.sql import tenancy
 
 
@@ -106,7 +107,7 @@ def test_weave_migrate_command_applies_everything(scratch_database):
     env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
     done = subprocess.run([sys.executable, "-m", "weave.cli", "migrate"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "applied 5 migration(s)" in done.stdout
+    assert f"applied {len(migrate.shipped())} migration(s)" in done.stdout
     assert migrate.pending(url) == []
     again = subprocess.run([sys.executable, "-m", "weave.cli", "migrate"], env=env, capture_output=True, text=True)
     assert "none pending" in again.stdout
@@ -345,3 +346,32 @@ def test_body_cap_comes_from_the_environment_or_the_default(monkeypatch):
 def test_server_and_scanner_numbers_are_checked_too(monkeypatch, capsys, argv, reason):
     monkeypatch.setenv("WEAVE_DATABASE_URL", "mysql://u@127.0.0.1:1/never_reached")
     assert refused(capsys, *argv) == reason
+
+
+def test_issue_10_1_idle_timeout_comes_from_the_flag_the_environment_or_the_default(monkeypatch):
+    from weave.cli import _server_config, build_parser
+    from weave.config import DEFAULT_IDLE_TIMEOUT_SECONDS, idle_timeout_from_env
+    from weave.db import DatabaseUrl
+
+    def idle_timeout(*argv: str) -> int:
+        args = build_parser().parse_args(list(argv))
+        return _server_config(args, DatabaseUrl.parse("mysql://u:p@127.0.0.1:3306/db")).idle_timeout_seconds
+
+    monkeypatch.delenv("WEAVE_IDLE_TIMEOUT", raising=False)
+    assert idle_timeout("serve") == DEFAULT_IDLE_TIMEOUT_SECONDS == 10
+    monkeypatch.setenv("WEAVE_IDLE_TIMEOUT", "3")
+    assert idle_timeout("serve") == idle_timeout("dev") == 3
+    assert idle_timeout("serve", "--idle-timeout", "5") == 5
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--idle-timeout", "0"])
+    for bad in ("0", "-1", "1.5", "soon"):
+        monkeypatch.setenv("WEAVE_IDLE_TIMEOUT", bad)
+        with pytest.raises(SystemExit, match="WEAVE_IDLE_TIMEOUT"):
+            idle_timeout_from_env()
+
+
+@pytest.mark.parametrize("document", [DEV_DEFINITION, DEV_POLL_DEFINITION], ids=["order", "shipment"])
+def test_weave_dev_definitions_pass_the_checks_of_the_publish_api(document):
+    # `weave dev` publishes them without going through the API, so check here what the API checks (D1).
+    schemas.validate("definition", document)
+    assert definition_rules.problems(document) == []

@@ -123,3 +123,70 @@ def test_signal_queries_use_their_indexes(populated, clock):
     assert ("signals", "ix_signals_expiry") in keys_used(expiry)
     replay = explain(database, signals.SELECT_TARGET_INSTANCE_AND_KEY, ("k1", namespace_id, "w7"))
     assert ("s", "uq_signals_idempotency") in keys_used(replay)
+
+
+def test_workflow_list_queries_use_their_indexes(populated, other_tenant):
+    """Each page of GET {N}/workflows is one backward range of a migration 0006 index, without a sort."""
+    from helpers import insert_instances
+
+    database = populated
+    publisher = other_tenant.principal("definitions:write")
+    for name in ("invoice", "refund", "audit"):  # another tenant's definitions and instances, interleaved
+        for timeout in range(1, 11):
+            document = {**DOC, "name": name, "steps": [{**DOC["steps"][0], "timeout_seconds": timeout}]}
+            definitions.publish_definition(database, publisher.namespace_id, document, publisher.credential_id, "t")
+    statuses = ("SUCCEEDED", "SUCCEEDED", "SUCCEEDED", "RUNNING", "FAILED", "NEEDS_REVIEW")
+    for version in range(1, 6):
+        rows = [(f"bulk-{version}-{i}", statuses[i % len(statuses)], None) for i in range(300)]
+        insert_instances(database, "acme", "order", version, rows)
+        insert_instances(database, "globex", "invoice", version, [(f"g-{wid}", *rest) for wid, *rest in rows])
+    database.run(lambda tx: tx.execute("ANALYZE TABLE instances, definitions"))
+    ns = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = 'acme'"))["id"]
+    version = database.run(lambda tx: tx.one("SELECT id FROM definitions WHERE version = 3"))["id"]
+    cursor = database.run(lambda tx: tx.one("SELECT id FROM instances WHERE workflow_id = 'bulk-3-150'"))["id"]
+
+    for after in (instances.NO_CURSOR, cursor):
+        plans = {
+            "ix_instances_namespace_recent": explain(database, instances.SELECT_NEWEST, (ns, after, 101)),
+            "ix_instances_namespace_status": explain(
+                database, instances.SELECT_NEWEST_BY_STATUS, (ns, "NEEDS_REVIEW", after, 101)
+            ),
+            "ix_instances_definition_recent": explain(
+                database, instances.SELECT_NEWEST_OF_VERSION, (version, after, 101)
+            ),
+            "ix_instances_definition_status": explain(
+                database, instances.SELECT_NEWEST_OF_VERSION_BY_STATUS, (version, "NEEDS_REVIEW", after, 101)
+            ),
+        }
+        for index, plan in plans.items():
+            assert ("i", index) in keys_used(plan), (index, plan)
+            assert ("d", "PRIMARY") in keys_used(plan), plan  # the definition's name and version, by key
+            assert not any("filesort" in (row["Extra"] or "") for row in plan), plan
+
+
+def test_the_acceptance_proof_is_found_by_the_signal_id_index(populated):
+    """S1.12: the consumer finds a signal's acceptance record by key, not by searching details."""
+    from weave.sql import audit
+
+    database = populated
+
+    def fill(tx):
+        for row in tx.all("SELECT id, namespace_id FROM instances"):
+            for n in range(8):
+                signal_id = row["id"] * 100 + n
+                details = f'{{"signal_id":"{signal_id}","name":"n"}}'
+                tx.execute(
+                    "INSERT INTO audit_records (namespace_id, instance_id, signal_id, actor, action, request_digest,"
+                    " at, details) VALUES (%s, %s, %s, 'bot', 'signal.send', REPEAT('0', 64), %s, %s)",
+                    (row["namespace_id"], row["id"], signal_id, tx.now(), details),
+                )
+        tx.execute("ANALYZE TABLE audit_records")
+
+    database.run(fill)
+    instance_id = database.run(lambda tx: tx.one("SELECT id FROM instances WHERE workflow_id = 'w7'"))["id"]
+    plan = explain(database, audit.SELECT_ACCEPTANCE_DIGEST, (instance_id * 100 + 3, instance_id))
+    assert keys_used(plan) == {("audit_records", "ix_audit_signal")}
+    assert not any("filesort" in (row["Extra"] or "") for row in plan), plan
+    found = database.run(lambda tx: audit.acceptance_digest(tx, instance_id, instance_id * 100 + 3))
+    assert found == "0" * 64
+    assert database.run(lambda tx: audit.acceptance_digest(tx, instance_id + 1, instance_id * 100 + 3)) is None

@@ -32,9 +32,19 @@ def test_m1_migrations_apply_and_roll_back_on_an_empty_database(scratch_url):
         "0003.pulse",
         "0004.signals_minimal",
         "0005.signal_identity",
+        "0006.workflow_listing",
+        "0007.audit_signal_id",
     ]
     applied = migrate.apply(scratch_url)
-    assert applied == ["0001.tenancy", "0002.workflows", "0003.pulse", "0004.signals_minimal", "0005.signal_identity"]
+    assert applied == [
+        "0001.tenancy",
+        "0002.workflows",
+        "0003.pulse",
+        "0004.signals_minimal",
+        "0005.signal_identity",
+        "0006.workflow_listing",
+        "0007.audit_signal_id",
+    ]
     assert migrate.pending(scratch_url) == []
     assert {"namespaces", "instances", "signals", "waits", "tasks", "inbox_events"} <= _tables(scratch_url)
     rolled = migrate.rollback(scratch_url)
@@ -51,7 +61,7 @@ def test_m1_migration_steps_survive_being_re_run(scratch_url):
         cur.execute("DELETE FROM _yoyo_migration")  # as if the process died before recording them
     conn.commit()
     conn.close()
-    assert len(migrate.apply(scratch_url)) == 5
+    assert len(migrate.apply(scratch_url)) == 7
 
 
 def test_m1_every_table_and_column_has_a_comment(migrated_url):

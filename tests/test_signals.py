@@ -118,9 +118,12 @@ def test_s1_4_first_acceptance_writes_signal_checkpoint_event_audit_and_receipt_
     due_now = waiting.rows("SELECT kind FROM checkpoints WHERE kind = 'WAIT' AND due_at = %s", (clock.now(),))
     assert due_now == [{"kind": "WAIT"}]
     assert waiting.events("order-1")[-1] == "SIGNAL_ACCEPTED"
-    (audit,) = waiting.rows("SELECT actor, request_digest, details FROM audit_records WHERE action = 'signal.send'")
+    (audit,) = waiting.rows(
+        "SELECT actor, request_digest, details, signal_id FROM audit_records WHERE action = 'signal.send'"
+    )
     details = json.loads(audit["details"])
     assert audit["request_digest"] == receipt["request_digest"] and audit["actor"] == "payments-bot"
+    assert audit["signal_id"] == row["id"] and details["signal_id"] == receipt["signal_id"]  # S1.12 finds it by key
     assert details["accepted_at"] == receipt["accepted_at"]
     assert details["instance_deadline_at"] == receipt["expires_at"]
 

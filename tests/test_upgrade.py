@@ -1,11 +1,18 @@
-"""M2, M3: the signal-identity migration upgrades a database filled at the previous schema version."""
+"""M2, M3: the signal-identity migration upgrades a database filled at the previous schema version;
+S1.12: so does the migration that gives audit records their signal_id (0007)."""
 
 from datetime import datetime, timedelta
 
+import falcon.testing
 import pytest
+from helpers import Flow, make_tenant, payment, signal_flow_definition
+from yoyo import get_backend, read_migrations
 
 from weave import migrate
-from weave.db import connect
+from weave.app import create_app
+from weave.config import Config
+from weave.db import Database, connect
+from weave.sql import audit
 
 PREVIOUS = "0004.signals_minimal"
 T0 = datetime(2026, 1, 5, 10, 0, 0, 123456)
@@ -104,7 +111,7 @@ def fill_previous_schema(url) -> dict:
 
 def test_m2_m3_upgrade_of_a_populated_database(old_database):
     ids = fill_previous_schema(old_database)
-    assert migrate.apply(old_database) == ["0005.signal_identity"]
+    assert migrate.apply(old_database, upto="0005.signal_identity") == ["0005.signal_identity"]
     conn = connect(old_database)
     with conn.cursor() as cur:
         cur.execute(
@@ -170,3 +177,147 @@ def test_m3_upgrade_steps_survive_a_crash_and_re_run(old_database):
         cur.execute("SELECT status FROM signals WHERE id = %s", (ids["long_pending"],))
         assert cur.fetchone()["status"] == "REJECTED"
     conn.close()
+
+
+# ---- 0007: the acceptance record of a signal is found by its signal_id (S1.12) ----------------------
+
+BEFORE_SIGNAL_ID = "0006.workflow_listing"
+
+
+def fill_audit_records_before_signal_id(url) -> dict:
+    """Audit records as Weave wrote them before 0007: the accepted signal's id only in `details`."""
+    conn = connect(url)
+    records = {}
+    with conn.cursor() as cur:
+
+        def record(instance_id, action, details, digest=None):
+            cur.execute(
+                "INSERT INTO audit_records (namespace_id, instance_id, actor, action, request_digest, at, details) "
+                "VALUES (1, %s, 'payments-bot', %s, %s, %s, %s)",
+                (instance_id, action, digest, T0, details),
+            )
+            return cur.lastrowid
+
+        records["start"] = record(1, "workflow.start", '{"workflow_id":"w1","definition":"legacy","version":1}')
+        for instance_id, signal_id in ((1, 11), (1, 12), (2, 111)):
+            records[signal_id] = record(
+                instance_id,
+                "signal.send",
+                f'{{"signal_id":"{signal_id}","name":"payment.settled","target_step_key":"payment",'
+                f'"target_activation_sequence":1,"status":"PENDING","disposition":null,"actor":"payments-bot",'
+                f'"idempotency_key":"k{signal_id}","accepted_at":"2026-01-05T10:00:00.123456Z"}}',
+                f"{signal_id:064d}",
+            )
+        records["control"] = record(1, "workflow.pause", '{"reason":"ops freeze"}')
+    conn.commit()
+    conn.close()
+    return records
+
+
+def signal_ids_by_record(url) -> dict:
+    conn = connect(url)
+    with conn.cursor() as cur:
+        cur.execute("SELECT id, signal_id FROM audit_records")
+        found = {row["id"]: row["signal_id"] for row in cur.fetchall()}
+    conn.close()
+    return found
+
+
+def test_s1_12_acceptance_records_of_the_previous_schema_are_found_after_the_upgrade(scratch_database):
+    url = scratch_database("audit_upgrade")
+    migrate.ensure_database(url)
+    migrate.apply(url, upto=BEFORE_SIGNAL_ID)
+    records = fill_audit_records_before_signal_id(url)
+    assert migrate.apply(url) == ["0007.audit_signal_id"]
+
+    assert signal_ids_by_record(url) == {
+        records["start"]: None,
+        records[11]: 11,
+        records[12]: 12,
+        records[111]: 111,
+        records["control"]: None,
+    }
+    database = Database(url)
+    try:
+        digest = database.run(
+            lambda tx: {s: audit.acceptance_digest(tx, i, s) for i, s in ((1, 11), (1, 12), (2, 111))}
+        )
+        assert digest == {11: f"{11:064d}", 12: f"{12:064d}", 111: f"{111:064d}"}
+        # Only the signal's own instance's acceptance counts; an unknown signal has none.
+        assert database.run(lambda tx: (audit.acceptance_digest(tx, 2, 11), audit.acceptance_digest(tx, 1, 1))) == (
+            None,
+            None,
+        )
+    finally:
+        database.close()
+
+
+def test_s1_12_the_signal_id_migration_survives_a_crash_between_its_steps(scratch_database):
+    """As if the process died after adding the column, before the fill and the index."""
+    url = scratch_database("audit_crash")
+    migrate.ensure_database(url)
+    migrate.apply(url, upto=BEFORE_SIGNAL_ID)
+    records = fill_audit_records_before_signal_id(url)
+    migrate.apply(url)
+    conn = connect(url)
+    with conn.cursor() as cur:
+        cur.execute("UPDATE audit_records SET signal_id = NULL WHERE id <> %s", (records[11],))
+        cur.execute("ALTER TABLE audit_records DROP INDEX ix_audit_signal")
+        cur.execute("DELETE FROM _yoyo_migration WHERE migration_id = '0007.audit_signal_id'")
+    conn.commit()
+    conn.close()
+    assert migrate.apply(url) == ["0007.audit_signal_id"]
+    assert migrate.apply(url) == []
+    found = signal_ids_by_record(url)
+    assert [found[records[s]] for s in (11, 12, 111)] == [11, 12, 111]
+    assert found[records["start"]] is None
+    conn = connect(url)
+    with conn.cursor() as cur:
+        cur.execute("SHOW INDEX FROM audit_records WHERE Key_name = 'ix_audit_signal'")
+        assert [row["Column_name"] for row in cur.fetchall()] == ["signal_id", "instance_id"]
+    conn.close()
+
+
+def test_s1_12_a_signal_accepted_before_the_upgrade_is_consumed_after_it(scratch_database):
+    """Through the API and the scanner: a signal accepted and left PENDING, then the audit column
+    taken away (0007 rolled back: the previous schema, with what Weave wrote then) and the upgrade
+    applied; the consumer finds the acceptance proof and the workflow goes on."""
+    url = scratch_database("audit_flow")
+    migrate.ensure_database(url)
+    migrate.apply(url)
+    database = Database(url)
+    try:
+        tenant = make_tenant(database, "acme", {"inventory": 4, "carrier": 2})
+        flow = Flow(falcon.testing.TestClient(create_app(Config(url.yoyo_url()), database)), tenant, database)
+        flow.publish(signal_flow_definition())
+        flow.start("order-1", input={"order_id": "o-1"})
+        flow.scan()
+        flow.finish_task()  # reserve: the payment step now waits
+        sent = flow.send("order-1", "psp-1", payment())
+        assert (sent.status_code, sent.json["status"]) == (201, "PENDING")
+
+        roll_back(url, "0007.audit_signal_id")
+        assert not flow.rows(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = DATABASE() "
+            "AND table_name = 'audit_records' AND column_name = 'signal_id'"
+        )
+        assert migrate.apply(url) == ["0007.audit_signal_id"]
+
+        flow.scan()
+        workflow = flow.workflow("order-1")
+        assert workflow["status"] == "RUNNING" and workflow["review_reason"] is None
+        assert [s["status"] for s in workflow["steps"]] == ["SUCCEEDED", "SUCCEEDED", "ACTIVE"]
+        assert flow.signal("order-1", sent.json["signal_id"]).json["status"] == "CONSUMED"
+    finally:
+        database.close()
+
+
+def roll_back(url, migration_id: str) -> None:
+    """Roll back one applied migration (the newest), as `yoyo rollback` would."""
+    backend = get_backend(url.yoyo_url())
+    try:
+        with backend.lock():
+            todo = backend.to_rollback(read_migrations(str(migrate.migrations_dir())))
+            backend.rollback_migrations(todo.filter(lambda m: m.id == migration_id))
+    finally:
+        backend.connection.close()

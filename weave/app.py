@@ -7,8 +7,8 @@ import falcon
 from weave import errors, openapi
 from weave.config import Config
 from weave.db import Database
-from weave.http import Authenticate
-from weave.resources import definitions, health, signals, tasks, workflows
+from weave.http import Authenticate, BodyCap
+from weave.resources import definitions, health, review, signals, tasks, workflows
 from weave.resources.openapi import OpenApiDocument
 
 N = "/v1/namespaces/{namespace}"
@@ -28,9 +28,10 @@ def routes(database: Database, config: Config) -> list[tuple[str, object]]:
             (f"{N}/workflows/{{workflow_id}}/{action}", workflows.WorkflowControl(database, limit, action))
             for action in ("pause", "resume", "cancel")
         ],
+        (f"{N}/workflows/{{workflow_id}}/review", review.WorkflowReview(database, limit)),
         (f"{N}/workflows/{{workflow_id}}/signals", signals.WorkflowSignals(database, limit)),
         (f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}", signals.WorkflowSignal(database)),
-        (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit)),
+        (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit, config.max_waiting_claims)),
         (f"{N}/tasks/{{task_id}}/heartbeat", tasks.TaskHeartbeat(database, limit)),
         (f"{N}/tasks/{{task_id}}/complete", tasks.TaskComplete(database, limit)),
     ]
@@ -38,7 +39,7 @@ def routes(database: Database, config: Config) -> list[tuple[str, object]]:
 
 def create_app(config: Config, database: Database | None = None) -> falcon.App:
     database = database or Database(config.database_url)
-    app = falcon.App(middleware=[Authenticate(database)])
+    app = falcon.App(middleware=[BodyCap(config.max_body_bytes), Authenticate(database)])
     app.req_options.strip_url_path_trailing_slash = True
     document = OpenApiDocument()
     served = routes(database, config) + [("/v1/openapi.json", document)]
@@ -47,12 +48,3 @@ def create_app(config: Config, database: Database | None = None) -> falcon.App:
     document.document = openapi.build(served)
     errors.install(app)
     return app
-
-
-def waitress_options(max_body_bytes: int) -> dict:
-    """waitress buffers whole bodies before the app runs, so it must enforce the cap itself.
-
-    It refuses a body whose length is *equal to or above* its limit, hence the +1: a body of
-    exactly `max_body_bytes` is allowed, one byte more gets 413 before it is read.
-    """
-    return {"max_request_body_size": max_body_bytes + 1, "ident": "weave"}

@@ -61,6 +61,10 @@ class Principal:
         if not self.scopes.intersection(any_of_scopes):
             raise WeaveError(Code.FORBIDDEN, f"this credential lacks the scope {' or '.join(any_of_scopes)}")
 
+    def holds_queues(self, queues) -> bool:
+        """Whether every one of `queues` is granted."""
+        return self.queues.issuperset(queues)
+
     def require_queues(self, queues) -> None:
         """Refuse with 403 unless every one of `queues` is granted (S1.1: all queues of an instance's
         pinned definition; P2: the queue claimed from). The object is not hidden: it is in our namespace."""

@@ -1,14 +1,14 @@
-"""The `weave` command: migrate, serve, scan, dev and admin (SPEC §12).
+"""The `weave` command: migrate, serve, scan, dev and admin (SPEC §12); `workflow` and `signal`
+talk to a running server through the SDK (weave/cli_client.py).
 
-Every command takes the database from WEAVE_DATABASE_URL or --database-url; `dev` starts a
-private server in ./.weave/ when neither is given.
+The server-side commands take the database from WEAVE_DATABASE_URL or --database-url; `dev`
+starts a private server in ./.weave/ when neither is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
 import re
@@ -18,8 +18,17 @@ import sys
 import threading
 from pathlib import Path
 
-from weave import auth, migrate, server
-from weave.config import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_THREADS, max_body_bytes_from_env
+from weave import auth, cli_client, logs, migrate, server
+from weave.config import (
+    DEFAULT_HOST,
+    DEFAULT_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_PORT,
+    DEFAULT_THREADS,
+    Config,
+    idle_timeout_from_env,
+    max_body_bytes_from_env,
+    max_waiting_claims_from_env,
+)
 from weave.db import Database, DatabaseError, DatabaseUrl
 from weave.errors import Code, WeaveError
 from weave.scanner import IDLE_SECONDS, Scanner
@@ -50,6 +59,33 @@ DEV_DEFINITION = {
             },
         },
         {"key": "ship", "type": "TASK", "queue": DEV_QUEUE, "max_attempts": 3, "timeout_seconds": 300},
+    ],
+}
+# The second walk-through: track a parcel (POLL). Query rounds ask the carrier where the parcel is,
+# the next one a few seconds after each PENDING answer, while the carrier's webhook may send the
+# final answer first. A definition of its own, so that `order` v1 and its walk-through stay as they are.
+DEV_POLL_INTERVAL = 5
+DEV_POLL_DEFINITION = {
+    "name": "shipment",
+    "steps": [
+        {
+            "key": "track",
+            "type": "POLL",
+            "queue": DEV_QUEUE,
+            "interval_seconds": DEV_POLL_INTERVAL,
+            "timeout_seconds": 3600,
+            "max_attempts": 3,
+            "correlation": "/input/tracking_number",
+            "final_signal": {
+                "name": "shipment.final",
+                "payload_version": "v1",
+                "payload_schema": {
+                    "type": "object",
+                    "required": ["status"],
+                    "properties": {"status": {"type": "string"}},
+                },
+            },
+        },
     ],
 }
 
@@ -97,6 +133,7 @@ def _integer(low: int, high: int, unit: str = ""):
 
 
 _positive = _integer(1, 2**31 - 1)  # serve's counts and sizes: their real limits are the machine's
+_non_negative = _integer(0, 2**31 - 1)
 _port = _integer(0, 65535)  # 0: the system picks a free port
 _credential_id = _integer(1, MAX_ID)
 _permits = _integer(1, MAX_PERMITS)
@@ -170,15 +207,21 @@ def cmd_migrate(args) -> int:
     return 0
 
 
-def cmd_serve(args) -> int:
-    server.serve(
-        args.database_url,
-        args.host,
-        args.port,
-        args.threads,
-        args.max_body_bytes or max_body_bytes_from_env(),
-        args.processes,
+def _server_config(args, url: DatabaseUrl) -> Config:
+    """What `serve` and `dev` give each API process: flags first, then the environment, then defaults."""
+    return Config(
+        database_url=url.yoyo_url(),
+        max_body_bytes=args.max_body_bytes or max_body_bytes_from_env(),
+        threads=args.threads,
+        idle_timeout_seconds=args.idle_timeout or idle_timeout_from_env(),
+        max_waiting_claims=max_waiting_claims_from_env()
+        if args.max_waiting_claims is None
+        else args.max_waiting_claims,
     )
+
+
+def cmd_serve(args) -> int:
+    server.serve(_server_config(args, args.database_url), args.host, args.port, args.processes)
     return 0
 
 
@@ -229,7 +272,10 @@ def cmd_dev(args) -> int:
             }
         )
         print(f"Weave dev: {base}  (database {url.yoyo_url()})")
-        print(f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definition order v1 (reserve -> payment -> ship)")
+        print(
+            f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definitions order v1 (reserve -> payment -> ship) "
+            f"and shipment v1 (track: POLL, {DEV_POLL_INTERVAL} s between rounds)"
+        )
         print(f"client token (all workflow scopes): {client_token}")
         print(f"worker token (tasks:work on {DEV_QUEUE}):   {worker_token}")
         print("start a workflow:")
@@ -242,7 +288,7 @@ def cmd_dev(args) -> int:
         scanner = threading.Thread(target=Scanner(Database(url)).run, args=(stop,), name="scanner", daemon=True)
         scanner.start()
         try:
-            server.serve(url, args.host, args.port, args.threads, max_body_bytes_from_env())
+            server.serve(_server_config(args, url), args.host, args.port)
         finally:
             stop.set()
             scanner.join(timeout=10)
@@ -284,9 +330,10 @@ def _dev_tenant(database: Database) -> tuple[str, str]:
         None,
     )
     principal = tenancy.authenticate(database, auth.token_hash(client_token))
-    definitions.publish_definition(
-        database, principal.namespace_id, DEV_DEFINITION, principal.credential_id, principal.actor
-    )
+    for document in (DEV_DEFINITION, DEV_POLL_DEFINITION):  # an unchanged document keeps its version (D1)
+        definitions.publish_definition(
+            database, principal.namespace_id, document, principal.credential_id, principal.actor
+        )
     return client_token, worker_token
 
 
@@ -369,18 +416,33 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--host", default=DEFAULT_HOST)
         p.add_argument("--port", type=_port, default=DEFAULT_PORT)
         p.add_argument("--threads", type=_positive, default=DEFAULT_THREADS)
+        p.add_argument(
+            "--max-body-bytes",
+            type=_positive,
+            default=None,
+            help="request bodies above this get 413 before they are read (default: $WEAVE_MAX_BODY_BYTES or 1 MiB)",
+        )
+        p.add_argument(
+            "--idle-timeout",
+            type=_positive,
+            default=None,
+            metavar="SECONDS",
+            help="close a connection that has sent nothing for this long with no request in progress "
+            f"(default: $WEAVE_IDLE_TIMEOUT or {DEFAULT_IDLE_TIMEOUT_SECONDS})",
+        )
+        p.add_argument(
+            "--max-waiting-claims",
+            type=_non_negative,
+            default=None,
+            help="long-polling claims one process lets wait, below --threads; beyond it a claim answers "
+            "204 with Retry-After at once (default: $WEAVE_MAX_WAITING_CLAIMS or half of --threads)",
+        )
         if name == "serve":
             p.add_argument(
                 "--processes",
                 type=_positive,
                 default=1,
                 help="API worker processes sharing the port (a Python process runs on one core)",
-            )
-            p.add_argument(
-                "--max-body-bytes",
-                type=_positive,
-                default=None,
-                help="request bodies above this get 413 before they are read (default: $WEAVE_MAX_BODY_BYTES or 1 MiB)",
             )
         p.set_defaults(run=run)
 
@@ -427,11 +489,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("namespace", type=_name)
     p.add_argument("credential_id", type=_credential_id)
     p.set_defaults(run=cmd_credential_revoke)
+
+    cli_client.add_commands(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.install()  # one escaped line per record: logged values may come from clients
     parser = build_parser()
     args = parser.parse_args(argv)
     _resolve_database_url(parser, args)

@@ -3,8 +3,9 @@
 This is the only module that translates PyMySQL's exceptions (`weave.devdb` only waits for its
 own server to accept a connection). A unit run with retries (`Database.run`, `Database.read`,
 `@unit_of_work`, `@read_only`) ends in success, `DuplicateKey` (a UNIQUE key it does not replay on
-fired), `TransitionFailed` (a guarded state change matched no row), `Unavailable` (it kept failing
-with a retryable error or a replayed duplicate) or `DatabaseError` (anything else); a unit run
+fired), `TransitionFailed` (a guarded state change matched no row), `InvalidValue` (the database
+refused a value for its characters or length), `Unavailable` (it kept failing with a retryable
+error or a replayed duplicate) or `DatabaseError` (anything else); a unit run
 once (`Database.attempt`, `fn.once`: the scanner, which has its own failure policy) may also end
 in `Retryable`, or in `DuplicateKey` on any key.
 
@@ -46,6 +47,10 @@ SERVER_GONE = 2006
 CONNECTION_LOST = 2013
 CANNOT_CONNECT = 2003
 RETRYABLE_CODES = frozenset({DEADLOCK, LOCK_WAIT_TIMEOUT, RECORD_CHANGED})
+# The server refused a value, not the statement: illegal mix of collations for 2, 3 or n operands
+# (a string that is not ASCII compared with an ASCII column: 1267, 1270, 1271), an invalid
+# character string (1300), an incorrect value for a column (1366), data too long (1406).
+INVALID_VALUE_CODES = frozenset({1267, 1270, 1271, 1300, 1366, 1406})
 CONNECTION_CODES = frozenset({SERVER_GONE, CONNECTION_LOST, CANNOT_CONNECT, 0})
 
 DEFAULT_MAX_ATTEMPTS = 6
@@ -73,6 +78,13 @@ class TransitionFailed(DatabaseError):
     holds the row's lock and read its state, so this is a bug, never a race. The unit rolls back."""
 
 
+class InvalidValue(DatabaseError):
+    """The database refused a value for its characters or its length (`INVALID_VALUE_CODES`).
+
+    Only a request can bring such a value this far (the API checks ids and bodies first, so this
+    is the safety net): the API answers 422, never 500. Retrying changes nothing."""
+
+
 class Retryable(DatabaseError):
     """Deadlock, lock wait timeout, record changed or a lost connection: re-run the unit."""
 
@@ -88,6 +100,8 @@ def translate(exc: pymysql.err.MySQLError) -> DatabaseError:
     if code == DUP_ENTRY:
         key = message.rsplit("for key ", 1)[-1].strip("'` ").split(".")[-1] if "for key" in message else None
         return DuplicateKey(message, key)
+    if code in INVALID_VALUE_CODES:
+        return InvalidValue(f"{code}: {message}")
     if code in RETRYABLE_CODES or code in CONNECTION_CODES or isinstance(exc, pymysql.err.InterfaceError):
         return Retryable(f"{code}: {message}")
     return DatabaseError(f"{code}: {message}")

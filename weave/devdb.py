@@ -97,6 +97,7 @@ class PrivateServer:
             f"--socket={self.socket_path}",
             f"--pid-file={self.datadir / 'server.pid'}",
             f"--log-error={self.log_path}",
+            f"--tmpdir={self._tmpdir()}",
             f"--port={self.port}",
             "--bind-address=127.0.0.1",
             "--character-set-server=utf8mb4",
@@ -135,14 +136,29 @@ class PrivateServer:
                 f"--datadir={data}",
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
+                # Other servers being installed at the same time share /tmp; a folder of our own
+                # keeps their temporary tables apart (seen: "Unknown table 'mysql.tmp_proxies_priv'").
+                f"--tmpdir={self._tmpdir()}",
                 *_run_as_root_args(),
             ]
         else:
-            cmd = [binary, "--no-defaults", "--initialize-insecure", f"--datadir={data}", *_run_as_root_args()]
+            cmd = [
+                binary,
+                "--no-defaults",
+                "--initialize-insecure",
+                f"--datadir={data}",
+                f"--tmpdir={self._tmpdir()}",
+                *_run_as_root_args(),
+            ]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             shutil.rmtree(data, ignore_errors=True)
             raise RuntimeError(f"initialising {data} failed:\n{result.stdout}\n{result.stderr}")
+
+    def _tmpdir(self) -> Path:
+        folder = self.datadir / "tmp"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
     def _stop_leftover(self) -> None:
         """A server left running by a killed parent still holds the folder: stop it first."""

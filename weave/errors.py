@@ -1,8 +1,9 @@
 """The error codes of the HTTP API, their statuses, and the one problem+json handler.
 
 Everything that refuses a request raises `WeaveError(Code.X, detail, errors=[...])`. Falcon's own
-errors (unknown route, wrong method) and database unavailability are mapped here as well, so
-that every error body has the same shape:
+errors (unknown route, wrong method), database unavailability (503) and values the database
+refused (422) are mapped here as well, and `weave.server` renders the errors waitress answers
+before the application runs with `problem_text`, so that every error body has the same shape:
 `{"type", "title", "status", "detail", "code", "errors": [{"pointer", "message"}]}`.
 """
 
@@ -35,6 +36,7 @@ class Code(enum.Enum):
     VALIDATION_FAILED = (422, "Validation failed")
     CONTRACT_MISMATCH = (422, "Signal does not match the step's contract")
     PAYLOAD_TOO_LARGE = (413, "Payload too large")
+    HEADERS_TOO_LARGE = (431, "Request header fields too large")
     UNSUPPORTED_MEDIA_TYPE = (415, "Unsupported media type")
     IDEMPOTENCY_CONFLICT = (409, "Idempotency key reused with different content")
     ACTIVATION_NOT_FOUND = (409, "Activation not found")
@@ -46,6 +48,7 @@ class Code(enum.Enum):
     QUOTA_EXCEEDED = (429, "Quota exceeded")
     UNAVAILABLE = (503, "Service unavailable")
     INTERNAL = (500, "Internal error")
+    NOT_IMPLEMENTED = (501, "Not implemented")
 
     @property
     def status(self) -> int:
@@ -78,10 +81,15 @@ def problem(code: Code, detail: str, errors: list[dict] | None = None) -> dict:
     }
 
 
+def problem_text(code: Code, detail: str, errors: list[dict] | None = None) -> str:
+    """The problem+json body; also what `weave.server` writes for the errors waitress answers itself."""
+    return json.dumps(problem(code, detail, errors), ensure_ascii=False)
+
+
 def _respond(resp: falcon.Response, code: Code, detail: str, errors=None, headers=None) -> None:
     resp.status = code.status
     resp.content_type = PROBLEM_JSON
-    resp.text = json.dumps(problem(code, detail, errors), ensure_ascii=False)
+    resp.text = problem_text(code, detail, errors)
     for name, value in (headers or {}).items():
         resp.set_header(name, value)
 
@@ -113,6 +121,15 @@ def install(app: falcon.App) -> None:
         log.warning("503 for %s %s: %s", req.method, req.path, ex)
         _respond(resp, Code.UNAVAILABLE, "the database is busy; retry shortly", headers={"Retry-After": "1"})
 
+    def invalid_value(req, resp, ex: db.InvalidValue, params):
+        # Input that got past the API's own checks: the client's error, but ours to tighten.
+        log.warning("422 for %s %s: %s", req.method, req.path, ex)
+        _respond(
+            resp,
+            Code.VALIDATION_FAILED,
+            "a value of the request has characters or a length that its field does not allow",
+        )
+
     def unexpected(req, resp, ex: Exception, params):
         log.exception("unexpected error in %s %s", req.method, req.path)
         _respond(resp, Code.INTERNAL, "an internal error occurred; it has been logged")
@@ -121,4 +138,5 @@ def install(app: falcon.App) -> None:
     app.add_error_handler(Exception, unexpected)
     app.add_error_handler(falcon.HTTPError, falcon_error)
     app.add_error_handler(db.Unavailable, unavailable)
+    app.add_error_handler(db.InvalidValue, invalid_value)
     app.add_error_handler(WeaveError, weave_error)

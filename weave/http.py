@@ -4,15 +4,19 @@
   not-found code, request schema, statuses); `weave.openapi` reads these marks, so the document
   lists exactly what is served.
 - `Authenticate` middleware is the one place that authorizes a request from that mark: it
-  refuses an unmarked responder, and for every responder not marked `public` it resolves the
-  bearer token into `req.context.principal` and checks namespace (404) and scope (403).
-- `read_json(req, schema, limit)` enforces the body cap before reading (413), the media type
-  (415), exact JSON (400) and the schema (422).
+  refuses an unmarked responder and ids in the path that break their character rules
+  (`PATH_IDS`, 404), and for every responder not marked `public` it resolves the bearer token
+  into `req.context.principal` and checks namespace (404) and scope (403).
+- `BodyCap` middleware refuses, on every route, a body whose Content-Length is over the cap
+  (413) before anything reads it.
+- `read_json(req, schema, limit)` reads at most the cap (413 beyond, for a body of undeclared
+  length), then checks the media type (415), exact JSON (400) and the schema (422).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -33,6 +37,7 @@ VALUE_LIMIT_BYTES = 256 * 1024  # a workflow input, a task result, a signal payl
 @dataclass(frozen=True)
 class Operation:
     summary: str
+    description: str = ""  # more than the summary says, for the OpenAPI document
     scopes: tuple[str, ...] = ()  # any one of them grants the operation
     not_found: Code | None = None  # the answer to a credential of another namespace
     queue_grant: str | None = None  # the URL parameter naming a queue the credential needs a grant for
@@ -56,6 +61,50 @@ def operation(summary: str, **kwargs: Any) -> Callable:
     return mark
 
 
+@dataclass(frozen=True)
+class PathId:
+    """The character rule of an id that route paths carry, and the answer to one that breaks it."""
+
+    rule: re.Pattern
+    description: str
+    not_found: Code | None  # None: the operation's own not-found code
+    convert: Callable[[str], Any] = str
+
+
+_NAME_64 = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_ROW_ID = re.compile(r"[0-9]{1,19}")  # the decimal string of a BIGINT UNSIGNED key
+
+# Every `{field}` of a route has a rule here (tests/test_path_ids.py walks the router), from
+# docs/decisions.md "Identifiers and names". An id that breaks its rule names nothing that can
+# exist, so it is answered like an unknown route, before any SQL sees it: the id columns are ASCII
+# or binary, and the database refuses to compare them with other characters.
+PATH_IDS = {
+    "namespace": PathId(_NAME_64, "1-64 of A-Z a-z 0-9 _ . -", None),
+    "queue": PathId(_NAME_64, "1-64 of A-Z a-z 0-9 _ . -", None),
+    "name": PathId(re.compile(r"[A-Za-z0-9_.-]{1,128}"), "1-128 of A-Z a-z 0-9 _ . -", Code.DEFINITION_NOT_FOUND),
+    "workflow_id": PathId(
+        re.compile(r"[\x21-\x2e\x30-\x7e]{1,128}"), "1-128 visible ASCII characters except /", Code.WORKFLOW_NOT_FOUND
+    ),
+    "signal_id": PathId(_ROW_ID, "a decimal id", Code.SIGNAL_NOT_FOUND, int),
+    "task_id": PathId(_ROW_ID, "a decimal id", Code.TASK_NOT_FOUND, int),
+}
+
+
+def check_path_ids(params: dict, not_found: Code) -> None:
+    """Refuse a request whose path names an id that breaks its rule (404); row ids become ints.
+
+    Fields that Falcon converts itself (`{version:int(min=1)}`) arrive converted and are left alone.
+    """
+    for name, raw in params.items():
+        if not isinstance(raw, str):
+            continue
+        path_id = PATH_IDS[name]
+        if not path_id.rule.fullmatch(raw):
+            # The id is not echoed: it may hold anything, control characters included.
+            raise WeaveError(path_id.not_found or not_found, f"no such {name}: it must be {path_id.description}")
+        params[name] = path_id.convert(raw)
+
+
 class Resource:
     """A Falcon resource's collaborators: the database and the request body cap."""
 
@@ -64,15 +113,31 @@ class Resource:
         self.body_limit = body_limit
 
 
+class BodyCap:
+    """Falcon middleware: a body over the cap is refused from its declared length (413), on every
+    route (those that take no body and unknown ones too), before routing, authentication or any
+    read. waitress has read the body already (its own limit is set above this cap, see
+    `weave.server`), so the connection stays usable after this answer."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        length = req.content_length  # Falcon answers 400 for a malformed or negative Content-Length
+        if length is not None and length > self.limit:
+            raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the body has {length} bytes; the limit is {self.limit}")
+
+
 class Authenticate:
     """Falcon middleware, the one place where requests are authorized, from the `@operation` marks.
 
-    A responder without a mark is never run; a public one runs without a token. Any other runs
-    only with a current bearer token (else 401) whose namespace is the `{namespace}` of the URL
-    (else the operation's `not_found` code: another tenant's objects look absent, never forbidden)
-    and which holds one of the operation's scopes (else 403), checked in this order, plus the grant
-    of the queue the URL names where the operation says so (403); it then finds the principal in
-    `req.context.principal`. Grants that depend on stored objects (an instance's queues, a task's
+    A responder without a mark is never run. Every id in the path must keep its rule (`PATH_IDS`),
+    else the request is answered like an unknown route (404) before any token or row is looked at.
+    A public responder then runs without a token. Any other runs only with a current bearer token
+    (else 401) whose namespace is the `{namespace}` of the URL (else the operation's `not_found`
+    code: another tenant's objects look absent, never forbidden) and which holds one of the
+    operation's scopes (else 403), checked in this order, plus the grant of the queue the URL names
+    where the operation says so (403); it then finds the principal in `req.context.principal`. Grants that depend on stored objects (an instance's queues, a task's
     queue) are checked where those objects are read.
     """
 
@@ -100,6 +165,7 @@ class Authenticate:
                 responder.__name__,
             )
             raise WeaveError(Code.NOT_FOUND, f"no operation {req.method} {req.path}")
+        check_path_ids(params, meta.not_found or Code.NOT_FOUND)
         if meta.public:
             return
         token = auth.bearer_token(req.get_header("Authorization"))
@@ -123,9 +189,10 @@ class Authenticate:
 
 
 def read_json(req: falcon.Request, schema: str, limit: int) -> Any:
-    """The request body parsed exactly and validated against `weave/schemas/<schema>.json`."""
-    if req.content_length is not None and req.content_length > limit:
-        raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the body has {req.content_length} bytes; the limit is {limit}")
+    """The request body parsed exactly and validated against `weave/schemas/<schema>.json`.
+
+    A declared length over the cap was refused by `BodyCap` already; the bounded read covers a
+    body whose length a WSGI server does not declare."""
     media_type = (req.content_type or "").split(";", 1)[0].strip().lower()
     if media_type != JSON:
         raise WeaveError(Code.UNSUPPORTED_MEDIA_TYPE, f"send Content-Type: {JSON} (got {req.content_type or 'none'})")
@@ -163,21 +230,28 @@ def send_json(resp: falcon.Response, status: int, body: Any) -> None:
     resp.text = jsontext.compact(body)
 
 
-def row_id(raw: str, not_found: Code, what: str) -> int:
-    """An id from the URL path (a decimal BIGINT); anything else names nothing, so it is not found."""
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19):
-        raise WeaveError(not_found, f"{what} {raw!r} does not exist")
-    return int(raw)
-
-
 def query_int(req: falcon.Request, name: str, default: int, minimum: int, maximum: int) -> int:
     raw = req.get_param(name)
     if raw is None or raw == "":
         return default
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or not minimum <= int(raw) <= maximum:
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 20) or not minimum <= int(raw) <= maximum:
         raise WeaveError(
             Code.VALIDATION_FAILED,
             f"query parameter {name!r} must be an integer {minimum}..{maximum}",
             [{"pointer": f"?{name}", "message": f"must be an integer {minimum}..{maximum}"}],
         )
     return int(raw)
+
+
+def query_text(req: falcon.Request, name: str, accepts: Callable[[str], Any], rule: str) -> str | None:
+    """A text query parameter `accepts` says yes to, None when absent or empty; else 422 saying `rule`."""
+    raw = req.get_param(name)
+    if raw is None or raw == "":
+        return None
+    if not accepts(raw):
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            f"query parameter {name!r} must be {rule}",
+            [{"pointer": f"?{name}", "message": f"must be {rule}"}],
+        )
+    return raw

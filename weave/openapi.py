@@ -11,6 +11,7 @@ from typing import Iterable
 
 from weave import schemas
 from weave.errors import Code, problem
+from weave.http import PATH_IDS
 
 HTTP_METHODS = ("get", "post", "put", "patch", "delete")
 _PARAM = re.compile(r"{(\w+)(?::[^}]*)?}")
@@ -39,14 +40,16 @@ def _problem_schema() -> dict:
     }
 
 
+def _path_schema(path: str, name: str) -> dict:
+    if ":int" in path.split("{" + name)[1].split("}")[0]:
+        return {"type": "integer"}
+    rule = PATH_IDS[name]
+    return {"type": "string", "pattern": f"^{rule.rule.pattern}$", "description": rule.description}
+
+
 def _operation(path: str, method: str, meta, op_id: str) -> dict:
     params = [
-        {
-            "name": name,
-            "in": "path",
-            "required": True,
-            "schema": {"type": "integer" if ":int" in path.split("{" + name)[1].split("}")[0] else "string"},
-        }
+        {"name": name, "in": "path", "required": True, "schema": _path_schema(path, name)}
         for name in _PARAM.findall(path)
     ]
     params += [
@@ -58,13 +61,18 @@ def _operation(path: str, method: str, meta, op_id: str) -> dict:
         for name, text in meta.headers
     ]
     op: dict = {"operationId": op_id, "summary": meta.summary, "parameters": params, "responses": {}}
+    description = []
     if meta.scopes:
-        op["description"] = "Scope: " + " or ".join(meta.scopes)
+        description.append("Scope: " + " or ".join(meta.scopes))
         if meta.queue_grant:
-            op["description"] += f", and a grant for the queue {{{meta.queue_grant}}}"
+            description[-1] += f", and a grant for the queue {{{meta.queue_grant}}}"
         op["security"] = [{"bearer": []}]
     else:
         op["security"] = []
+    if meta.description:
+        description.append(meta.description)
+    if description:
+        op["description"] = ". ".join(description)
     if meta.request:
         op["requestBody"] = {
             "required": True,

@@ -7,31 +7,73 @@ one worker per socket: the kernel spreads new connections over the sockets by ad
 shared socket would not spread keep-alive connections: the first worker to wake accepts them all.)
 The parent only supervises: a worker that dies is replaced on the same socket; SIGTERM or SIGINT
 stops them all. Run about one process per core the API may use.
+
+Connections (issue 10, item 1). With waitress's defaults, 100 connections that send nothing shut
+a process for minutes: it stops accepting at 100 open connections (`connection_limit`) and closes
+an idle one after 120 s (`channel_timeout`, looked for every 30 s). Here each process accepts up
+to CONNECTION_LIMIT connections, watches them with poll() (select() refuses descriptor numbers
+above 1023), closes a connection without a request in progress once it has sent nothing for the
+idle timeout (looked for every second), and raises its soft file-descriptor limit so that the
+connections and the database pool fit. Memory per connection is bounded by MAX_HEADER_BYTES plus
+waitress's in-memory part of a buffered body (`inbuf_overflow`); larger bodies go to a temporary
+file.
+
+Errors (item 9). waitress answers some requests itself, before the application runs; `create_server`
+makes those answers problem+json too (see ProblemErrorTask).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
 import time
 
+import falcon
+import waitress
+from waitress.channel import HTTPChannel
+from waitress.task import ErrorTask
+
+from weave import errors
 from weave.config import Config
 from weave.db import Database, DatabaseUrl
+from weave.errors import Code
 from weave.processes import die_with_parent
 
 log = logging.getLogger(__name__)
 
 BACKLOG = 1024
 RESTART_PAUSE_SECONDS = 1.0  # a worker that fails at start must not turn the parent into a fork loop
+# Open connections per process; beyond it, new connections wait in the listen backlog until idle
+# ones are closed. Twice the 1,000 idle connections a process must shrug off (issue 10).
+CONNECTION_LIMIT = 2048
+IDLE_CHECK_SECONDS = 1  # how often waitress looks for idle connections (`cleanup_interval`)
+# The request line and headers. Weave's requests carry a token and an idempotency key; nginx's
+# default buffers refuse more than 32 KiB anyway. waitress's default (256 KiB) times the
+# connection limit would let idle-looking connections hold 512 MiB.
+MAX_HEADER_BYTES = 64 * 1024
+# waitress holds a body whole before the application runs, so its limit bounds what one request
+# makes a process store. It is set above the application's cap (see `weave.http.BodyCap`) so that
+# a body just over the cap gets the application's answer after it was read, on a connection that
+# stays usable; a body that declares more than this many times the cap is refused by waitress
+# from its Content-Length before a byte of it is read (the same problem+json, then the connection
+# is closed).
+WAITRESS_BODY_LIMIT_FACTOR = 2
+# Descriptors: one per connection plus one more while a large body is buffered in a temporary
+# file; the pool's connections; and a reserve (listener, wake-up pipe, standard streams, logs).
+FILES_PER_CONNECTION = 2
+FILES_RESERVED = 64
+POOL_SPARE = 4  # database connections beyond one per thread (readiness checks, the authenticator)
+DETAIL_CHARS = 200  # waitress quotes the offending header line; the answer need not echo all of it
 
 
-def serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes: int, processes: int = 1) -> None:
+def serve(config: Config, host: str, port: int, processes: int = 1) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     if processes == 1:
-        _run_worker(socket.create_server((host, port), family=family, backlog=BACKLOG), url, threads, max_body_bytes)
+        _run_worker(socket.create_server((host, port), family=family, backlog=BACKLOG), config)
         return
     listeners = []
     for _ in range(processes):
@@ -49,7 +91,7 @@ def serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes: 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     for listener in listeners:
-        workers[_fork_worker(listener, url, threads, max_body_bytes)] = listener
+        workers[_fork_worker(listener, config)] = listener
     while workers:
         pid, status = os.wait()
         listener = workers.pop(pid, None)
@@ -57,21 +99,124 @@ def serve(url: DatabaseUrl, host: str, port: int, threads: int, max_body_bytes: 
             log.error("API worker %d ended (wait status %d); starting another", pid, status)
             time.sleep(RESTART_PAUSE_SECONDS)
             if not stopping:  # SIGTERM may have come during the pause
-                workers[_fork_worker(listener, url, threads, max_body_bytes)] = listener
+                workers[_fork_worker(listener, config)] = listener
 
 
-def _run_worker(listener: socket.socket, url: DatabaseUrl, threads: int, max_body_bytes: int) -> None:
+def create_server(app, listener: socket.socket, config: Config, connection_limit: int = CONNECTION_LIMIT):
+    """A waitress server of `app` on `listener` with Weave's limits; `run()` serves until stopped."""
+    server = waitress.create_server(
+        app,
+        sockets=[listener],
+        threads=config.threads,
+        ident="weave",
+        backlog=BACKLOG,
+        connection_limit=connection_limit,
+        channel_timeout=config.idle_timeout_seconds,
+        cleanup_interval=IDLE_CHECK_SECONDS,
+        asyncore_use_poll=True,
+        max_request_header_size=MAX_HEADER_BYTES,
+        # waitress refuses a body *equal to* its limit, hence the + 1
+        max_request_body_size=WAITRESS_BODY_LIMIT_FACTOR * config.max_body_bytes + 1,
+    )
+    # waitress builds a channel per connection from the server's `channel_class`, and the channel
+    # renders waitress's own refusals with its `error_task_class`: both are class attributes meant
+    # to be overridden (waitress's own tests and WebTest do so). Setting them on this one server
+    # changes nothing else in the process and no waitress code. One listening socket makes
+    # `create_server` return the server itself.
+    server.channel_class = ProblemChannel
+    server.max_body_bytes = config.max_body_bytes  # the cap ProblemErrorTask names, not waitress's
+    return server
+
+
+class ProblemErrorTask(ErrorTask):
+    """waitress's answer to a request it refuses before the application runs, as problem+json.
+
+    waitress answers itself a malformed request line or header and bad chunked framing (400),
+    a request line and headers over MAX_HEADER_BYTES (431), a body over its own limit (413), a
+    Transfer-Encoding it does not implement (501), and an exception that escapes the WSGI
+    application (500; Falcon's catch-all handler in weave.errors answers the application's own
+    exceptions, so only a failure outside them gets here). Its ErrorTask writes those as
+    text/plain; this writes the same status with the body every other error has. The connection is closed afterwards, as waitress does: after a framing error
+    the rest of the stream cannot be trusted.
+    """
+
+    def execute(self) -> None:
+        error = self.request.error
+        code = _WAITRESS_ERRORS.get(error.code) or (Code.BAD_REQUEST if error.code < 500 else Code.INTERNAL)
+        # The message may quote the request (a header line): logged as a repr, so it cannot forge a line.
+        log.info("refused before the application: %d %s: %r", code.status, code.name, error.body[:DETAIL_CHARS])
+        body = errors.problem_text(code, self._detail(code, error.body)).encode("utf-8")
+        self.status = falcon.code_to_http_status(code.status)
+        self.response_headers.append(("Content-Type", errors.PROBLEM_JSON))
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+
+    def _detail(self, code: Code, message: str) -> str:
+        server = self.channel.server
+        if code is Code.PAYLOAD_TOO_LARGE:
+            length = self.request.content_length  # 0 for a chunked body: its length is not declared
+            if length:
+                return f"the body has {length} bytes; the limit is {server.max_body_bytes}"
+            return f"the body is over the limit of {server.max_body_bytes} bytes"
+        if code is Code.HEADERS_TOO_LARGE:
+            return f"the request line and headers are over the limit of {server.adj.max_request_header_size} bytes"
+        if code is Code.INTERNAL:
+            return "an internal error occurred; it has been logged"
+        if len(message) > DETAIL_CHARS:
+            message = message[:DETAIL_CHARS] + "…"
+        if code is Code.NOT_IMPLEMENTED:
+            return message  # "Transfer-Encoding requested is not supported."
+        return f"malformed HTTP request: {message}"
+
+
+_WAITRESS_ERRORS = {
+    code.status: code
+    for code in (Code.BAD_REQUEST, Code.PAYLOAD_TOO_LARGE, Code.HEADERS_TOO_LARGE, Code.NOT_IMPLEMENTED, Code.INTERNAL)
+}
+
+
+class ProblemChannel(HTTPChannel):
+    error_task_class = ProblemErrorTask
+
+
+def _fit_file_limit(connections: int, pool: int) -> int:
+    """Raise the soft RLIMIT_NOFILE (never above the hard one) so that `connections` fit beside a
+    pool of `pool` database connections; the number of connections that fit."""
+    needed = connections * FILES_PER_CONNECTION + pool + FILES_RESERVED
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return connections
+    if soft < needed:
+        soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    fitting = (soft - pool - FILES_RESERVED) // FILES_PER_CONNECTION
+    if fitting < connections:
+        log.warning(
+            "the file descriptor limit (%d, hard %d) fits %d connections, not %d: raise the hard limit",
+            soft,
+            hard,
+            fitting,
+            connections,
+        )
+        return max(fitting, 1)
+    return connections
+
+
+def _run_worker(listener: socket.socket, config: Config) -> None:
     """Serve the API on `listener` in this process, with its own connection pool."""
-    import waitress
+    from weave.app import create_app
 
-    from weave.app import create_app, waitress_options
+    pool = config.threads + POOL_SPARE
+    connections = _fit_file_limit(CONNECTION_LIMIT, pool)
+    app = create_app(config, Database(DatabaseUrl.parse(config.database_url), pool_size=pool))
+    server = create_server(app, listener, config, connections)
+    host, port = listener.getsockname()[:2]
+    log.info("serving on http://%s:%s (process %d, up to %d connections)", host, port, os.getpid(), connections)
+    server.run()
 
-    config = Config(database_url=url.yoyo_url(), max_body_bytes=max_body_bytes)
-    app = create_app(config, Database(url, pool_size=threads + 4))
-    waitress.serve(app, sockets=[listener], threads=threads, **waitress_options(max_body_bytes))
 
-
-def _fork_worker(listener: socket.socket, url: DatabaseUrl, threads: int, max_body_bytes: int) -> int:
+def _fork_worker(listener: socket.socket, config: Config) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -81,7 +226,7 @@ def _fork_worker(listener: socket.socket, url: DatabaseUrl, threads: int, max_bo
     die_with_parent()
     code = 0
     try:
-        _run_worker(listener, url, threads, max_body_bytes)
+        _run_worker(listener, config)
     except BaseException:
         log.exception("API worker failed")
         code = 1

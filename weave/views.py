@@ -83,6 +83,21 @@ def workflow_view(facts: WorkflowFacts) -> dict:
     }
 
 
+def workflow_summary_view(row: dict) -> dict:
+    """A workflow in a list: what finding work needs, without input and steps."""
+    return {
+        "workflow_id": row["workflow_id"],
+        "definition": row["definition"],
+        "version": row["version"],
+        "status": row["status"],
+        "gate": row["gate"],
+        "review_reason": row["review_reason"],
+        "deadline_at": rfc3339(row["deadline_at"]),
+        "created_at": rfc3339(row["created_at"]),
+        "updated_at": rfc3339(row["updated_at"]),
+    }
+
+
 def event_view(row: dict) -> dict:
     return {"seq": row["seq"], "type": row["type"], "at": rfc3339(row["at"]), "data": Raw(row["data"])}
 

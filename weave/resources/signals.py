@@ -7,7 +7,15 @@ import re
 import falcon
 
 from weave.errors import Code, WeaveError
-from weave.http import Resource, bounded_value_text, operation, query_int, read_json, row_id, send_json
+from weave.http import (
+    Resource,
+    bounded_value_text,
+    operation,
+    query_int,
+    query_text,
+    read_json,
+    send_json,
+)
 from weave.rules import signals as rules
 from weave.sql import signals
 from weave.views import signal_view
@@ -92,13 +100,7 @@ class WorkflowSignals(Resource):
     )
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
-        status = req.get_param("status") or None
-        if status is not None and status not in STATUSES:
-            raise WeaveError(
-                Code.VALIDATION_FAILED,
-                f"status must be one of {', '.join(STATUSES)}",
-                [{"pointer": "?status", "message": f"one of {', '.join(STATUSES)}"}],
-            )
+        status = query_text(req, "status", STATUSES.__contains__, f"one of {', '.join(STATUSES)}")
         after = query_int(req, "after", 0, 0, 2**63 - 1)
         limit = query_int(req, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
         rows = signals.list_signals(self.database, principal, workflow_id, status, after, limit + 1)
@@ -121,10 +123,8 @@ class WorkflowSignal(Resource):
         statuses=(200, 401, 403, 404),
     )
     def on_get(
-        self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str, signal_id: str
+        self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str, signal_id: int
     ) -> None:
         principal = req.context.principal
-        row = signals.get_signal(
-            self.database, principal, workflow_id, row_id(signal_id, Code.SIGNAL_NOT_FOUND, "signal")
-        )
+        row = signals.get_signal(self.database, principal, workflow_id, signal_id)
         send_json(resp, 200, signal_view(row, workflow_id))

@@ -2,25 +2,43 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+import threading
 import time
 
 import falcon
 
 from weave import jsontext
 from weave.errors import Code
-from weave.http import Resource, bounded_value_text, operation, read_json, row_id, send_json
+from weave.http import Resource, bounded_value_text, operation, read_json, send_json
 from weave.sql import tasks
 from weave.times import rfc3339
 from weave.views import claimed_task_view
 
 # Long-poll: look again after these pauses (the last one repeats) until wait_seconds have passed.
-# No transaction and no connection is held while waiting.
+# No transaction and no connection is held while waiting, only the server thread.
 LONG_POLL_PAUSES = (0.05, 0.1, 0.2, 0.25)
+# A claim that would wait while the process has its cap of waiting claims answers 204 at once with
+# Retry-After: a random 1 s up to its own wait_seconds, at most this (docs/decisions.md, Pulse).
+RETRY_AFTER_MAX_SECONDS = 5
 
 
 class QueueClaim(Resource):
+    def __init__(self, database, body_limit: int, max_waiting: int):
+        super().__init__(database, body_limit)
+        # Waiting claims hold server threads: at most `max_waiting` at once in this process, so
+        # that long-polls never take the threads every other request needs.
+        self.waiting = threading.BoundedSemaphore(max_waiting)
+
     @operation(
         "Claim the oldest available task of a queue (200), or nothing (204); long-polls up to 20 s",
+        description=(
+            "One claim attempt always runs at once. With `wait_seconds` and no task, the claim then"
+            " waits for one, unless this server process already has its cap of waiting claims (below"
+            " its thread count: `weave serve --max-waiting-claims`); then it answers 204 at once with"
+            " a `Retry-After` header (seconds): claim again after that."
+        ),
         scopes=("tasks:work",),
         not_found=Code.NOT_FOUND,
         queue_grant="queue",
@@ -30,11 +48,9 @@ class QueueClaim(Resource):
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, queue: str) -> None:
         principal = req.context.principal
         body = read_json(req, "claim", self.body_limit)
-        deadline = time.monotonic() + body.get("wait_seconds", 0)
-        pauses = iter(LONG_POLL_PAUSES)
-        pause = next(pauses)
-        while True:
-            claimed = tasks.claim_task(
+
+        def claim():
+            return tasks.claim_task(
                 self.database,
                 principal.namespace_id,
                 queue,
@@ -43,15 +59,37 @@ class QueueClaim(Resource):
                 principal.credential_id,
                 principal.actor,
             )
-            remaining = deadline - time.monotonic()
-            if claimed is not None or remaining <= 0:
-                break
-            time.sleep(min(pause, remaining))
-            pause = next(pauses, pause)
+
+        wait_seconds = body.get("wait_seconds", 0)
+        deadline = time.monotonic() + wait_seconds
+        claimed = claim()  # even a claim that may not wait looks once: a queued task is never missed
+        if claimed is None and time.monotonic() < deadline:
+            if self.waiting.acquire(blocking=False):
+                try:
+                    claimed = self._wait(claim, deadline)
+                finally:
+                    self.waiting.release()
+            else:
+                # Random, so that workers turned away together do not come back as one herd; no
+                # later than the wait they asked for, so each polls about as often as it meant to.
+                retry_after = random.randint(1, min(wait_seconds, RETRY_AFTER_MAX_SECONDS))
+                resp.set_header("Retry-After", str(retry_after))
         if claimed is None:
             resp.status = 204
             return
         send_json(resp, 200, claimed_task_view(claimed))
+
+    @staticmethod
+    def _wait(claim, deadline: float):
+        """Look again after each pause until a task is claimed or the deadline has passed."""
+        for pause in itertools.chain(LONG_POLL_PAUSES, itertools.repeat(LONG_POLL_PAUSES[-1])):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            time.sleep(min(pause, remaining))
+            claimed = claim()
+            if claimed is not None:
+                return claimed
 
 
 class TaskHeartbeat(Resource):
@@ -62,13 +100,13 @@ class TaskHeartbeat(Resource):
         request="heartbeat",
         statuses=(200, 401, 403, 404, 409, 413, 415, 422),
     )
-    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: str) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: int) -> None:
         principal = req.context.principal
         body = read_json(req, "heartbeat", self.body_limit)
         beat = tasks.heartbeat(
             self.database,
             principal.namespace_id,
-            row_id(task_id, Code.TASK_NOT_FOUND, "task"),
+            task_id,
             body["lease_token"],
             body.get("lease_seconds", 60),
             principal.queues,
@@ -88,7 +126,7 @@ class TaskComplete(Resource):
         request="complete",
         statuses=(200, 401, 403, 404, 409, 413, 415, 422),
     )
-    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: str) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: int) -> None:
         principal = req.context.principal
         body = read_json(req, "complete", self.body_limit)
         error = body.get("error")
@@ -101,7 +139,7 @@ class TaskComplete(Resource):
         done = tasks.complete_task(
             self.database,
             principal.namespace_id,
-            row_id(task_id, Code.TASK_NOT_FOUND, "task"),
+            task_id,
             body["lease_token"],
             completion,
             principal.queues,

@@ -1,20 +1,25 @@
-"""Start, read and control workflow instances (pause, resume, cancel), and read their history
+"""Start, list, read and control workflow instances (pause, resume, cancel), and read their history
 (I1, I2, R1)."""
 
 from __future__ import annotations
 
+import re
 import secrets
 
 import falcon
 
 from weave import jsontext
 from weave.errors import Code
-from weave.http import Resource, bounded_value_text, operation, query_int, read_json, send_json
+from weave.http import Resource, bounded_value_text, operation, query_int, query_text, read_json, send_json
 from weave.sql import engine, instances
-from weave.views import event_view, workflow_view
+from weave.views import event_view, workflow_summary_view, workflow_view
 
 EVENTS_PAGE_DEFAULT = 100
 EVENTS_PAGE_MAX = 1000
+LIST_PAGE_DEFAULT = 100
+LIST_PAGE_MAX = 1000
+STATUSES = ("RUNNING", "PAUSED", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED")
+DEFINITION_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # as weave/schemas/definition.json
 
 
 class WorkflowCollection(Resource):
@@ -40,6 +45,36 @@ class WorkflowCollection(Resource):
         )
         facts, created = instances.start_workflow(self.database, principal, request)
         send_json(resp, 201 if created else 200, workflow_view(facts))
+
+    @operation(
+        "List workflows, newest first: only those whose definition's queues the credential holds grants for",
+        scopes=("workflows:read",),
+        not_found=Code.WORKFLOW_NOT_FOUND,
+        statuses=(200, 401, 403, 404, 422),
+        query=(
+            ("status", "RUNNING, PAUSED, NEEDS_REVIEW, SUCCEEDED, FAILED or CANCELLED"),
+            ("definition", "a definition name: its workflows of every version"),
+            ("after", "the next_after of the previous page (absent or 0: start at the newest)"),
+            ("limit", f"page size 1..{LIST_PAGE_MAX} (default {LIST_PAGE_DEFAULT})"),
+        ),
+    )
+    def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
+        principal = req.context.principal
+        status = query_text(req, "status", STATUSES.__contains__, f"one of {', '.join(STATUSES)}")
+        definition = query_text(
+            req, "definition", DEFINITION_NAME.fullmatch, "a definition name (1-128 of A-Za-z0-9_.-)"
+        )
+        after = query_int(req, "after", 0, 0, 2**64 - 1)
+        limit = query_int(req, "limit", LIST_PAGE_DEFAULT, 1, LIST_PAGE_MAX)
+        rows, next_after = instances.list_workflows(self.database, principal, status, definition, after or None, limit)
+        send_json(
+            resp,
+            200,
+            {
+                "workflows": [workflow_summary_view(row) for row in rows],
+                "next_after": str(next_after) if next_after is not None else None,
+            },
+        )
 
 
 class Workflow(Resource):

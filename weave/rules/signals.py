@@ -42,7 +42,7 @@ def contract_problems(steps: list[dict], fields: dict, payload: Any) -> list[Pro
         if _trivial(contract["payload_schema"]):
             return []
         return [Problem("/payload", "this contract's payload schema requires a payload")]
-    return _schema_problems(contract["payload_schema"], payload, "/payload")
+    return schema_problems(contract["payload_schema"], payload, "/payload")
 
 
 def _final_envelope_problems(contract: dict, payload: Any) -> list[Problem]:
@@ -53,10 +53,11 @@ def _final_envelope_problems(contract: dict, payload: Any) -> list[Problem]:
         return [Problem("/payload/state", "a final signal cannot be PENDING; only FINAL results are signals")]
     if payload.get("state") != "FINAL" or set(payload) != {"state", "result"}:
         return [Problem("/payload", 'a final signal payload is exactly {"state": "FINAL", "result": …}')]
-    return _schema_problems(contract["payload_schema"], payload["result"], "/payload/result")
+    return schema_problems(contract["payload_schema"], payload["result"], "/payload/result")
 
 
-def _schema_problems(schema: Any, value: Any, prefix: str) -> list[Problem]:
+def schema_problems(schema: Any, value: Any, prefix: str) -> list[Problem]:
+    """Where `value` breaks `schema` (a contract's payload schema), as problems under `prefix`."""
     try:
         errors = schemas.errors_of(schemas.payload_validator(schema), value, prefix)
     except Exception as exc:  # e.g. a reference the schema cannot resolve: refuse, never crash

@@ -89,19 +89,24 @@ def remembered_identities() -> Iterator[None]:
         _known.reset(token)
 
 
-def identity(value: Any, known: dict[int, Any]) -> Any:
+def identity(value: Any) -> Any:
     """A hashable form of a JSON value under JSON Schema's equality. Python's own equality already
     is JSON Schema's for strings, numbers (`1 == Decimal("1.0")`, with equal hashes) and null; only
-    booleans (`True == 1` in Python), arrays and objects need a form of their own, kept in `known`."""
+    booleans (`True == 1` in Python), arrays and objects need a form of their own."""
+    return _identity(value, {})
+
+
+def _identity(value: Any, known: dict[int, Any]) -> Any:
+    """`identity`, reusing and keeping in `known` the forms of arrays and objects by `id()`."""
     if isinstance(value, list):
         found = known.get(id(value))
         if found is None:
-            found = known[id(value)] = tuple([identity(item, known) for item in value])
+            found = known[id(value)] = tuple([_identity(item, known) for item in value])
         return found
     if isinstance(value, dict):
         found = known.get(id(value))
         if found is None:  # member order does not count
-            found = known[id(value)] = frozenset([(key, identity(item, known)) for key, item in value.items()])
+            found = known[id(value)] = frozenset([(key, _identity(item, known)) for key, item in value.items()])
         return found
     if value is True:
         return _TRUE
@@ -118,7 +123,7 @@ def unique_items(validator, unique: bool, instance: Any, schema: dict) -> Iterat
         known = {}
     seen = set()
     for index, item in enumerate(instance):
-        key = identity(item, known)
+        key = _identity(item, known)
         if key in seen:
             yield ValidationError(f"item {index} repeats an earlier item; the items must be unique")
             return

@@ -1,0 +1,344 @@
+"""`weave workflow …` and `weave signal …`: the command line for people, on `weave.sdk` only.
+
+These commands talk to a running Weave over HTTP with a token, never to the database:
+
+    weave workflow list [--status S] [--definition NAME]
+    weave workflow show ID                  steps, waits, tasks, results and signals, as tables
+    weave workflow events ID
+    weave workflow pause|resume|cancel ID --reason TEXT
+    weave workflow review ID --action retry_step|complete_step|fail|cancel [--step KEY] [--result JSON] --reason TEXT
+    weave signal send ID --step KEY --name NAME --payload-version V --correlation-key K
+                         [--sequence N] [--payload JSON] [--evidence-ref REF] [--idempotency-key KEY] --reason TEXT
+    weave signal list ID [--status S]
+    weave signal show ID SIGNAL_ID
+
+The server, token and namespace come from `--url`/`WEAVE_URL` (default http://127.0.0.1:8080),
+`--token`/`WEAVE_TOKEN` and `--namespace`/`WEAVE_NAMESPACE`. A JSON argument is given inline or
+as `@file.json` (`@-` reads standard input) and is sent exactly (decimals and member order kept).
+`--json` prints what the server answered as one JSON object instead of tables. An error answer
+prints its problem code, detail and pointers to standard error and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from weave import sdk
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+JSON_CELL_MAX_CHARS = 60  # results, inputs, event data: the first characters say enough
+TEXT_CELL_MAX_CHARS = 120
+WORKFLOW_STATUSES = ("RUNNING", "PAUSED", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED")
+SIGNAL_STATUSES = ("PENDING", "CONSUMED", "REJECTED", "EXPIRED")
+REVIEW_ACTIONS = ("retry_step", "complete_step", "fail", "cancel")
+
+
+# ---- arguments ------------------------------------------------------------------------------------
+
+
+def json_argument(text: str) -> Any:
+    """A JSON value from the command line: inline, `@path` or `@-` (standard input)."""
+    source = "the argument"
+    if text.startswith("@"):
+        source = text[1:] or "-"
+        try:
+            text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"cannot read {source}: {exc.strerror}") from None
+    try:
+        return sdk.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{source} is not JSON: {exc}") from None
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive integer")
+    return int(text)
+
+
+def _client(args) -> sdk.Client | None:
+    url = args.url or os.environ.get("WEAVE_URL") or DEFAULT_URL
+    token = args.token or os.environ.get("WEAVE_TOKEN")
+    namespace = args.namespace or os.environ.get("WEAVE_NAMESPACE")
+    if not token or not namespace:
+        return None
+    return sdk.Client(url, token, namespace, timeout=args.timeout)
+
+
+def _command(run: Callable[[sdk.Client, argparse.Namespace], None]) -> Callable[[argparse.Namespace], int]:
+    """A command that prints a problem answer (code, detail, pointers) and exits 1 on it."""
+
+    def command(args) -> int:
+        client = _client(args)
+        if client is None:
+            print("weave: set WEAVE_TOKEN and WEAVE_NAMESPACE (or pass --token and --namespace)", file=sys.stderr)
+            return 2
+        try:
+            run(client, args)
+        except sdk.WeaveError as exc:
+            print(f"weave: {exc.code}: {exc.detail}", file=sys.stderr)
+            for error in exc.errors:
+                print(f"  {error.get('pointer') or '/'}: {error.get('message', '')}", file=sys.stderr)
+            return 1
+        return 0
+
+    return command
+
+
+# ---- output ---------------------------------------------------------------------------------------
+
+
+def _print_json(value: Any) -> None:
+    print(sdk.dumps(value))
+
+
+def _time(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%SZ") if value is not None else "-"
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    limit = TEXT_CELL_MAX_CHARS if isinstance(value, str) else JSON_CELL_MAX_CHARS
+    text = " ".join((value if isinstance(value, str) else sdk.dumps(value)).split())  # one line per row
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """Left-aligned columns, two spaces apart; cells are shortened to one line."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in [headers, *cells]) for i in range(len(headers))]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in [headers, *cells]]
+    return "\n".join(lines)
+
+
+def _status_line(workflow: sdk.Workflow) -> str:
+    reason = f" ({workflow.review_reason})" if workflow.review_reason else ""
+    return f"workflow {workflow.workflow_id}: {workflow.status}{reason}, gate {workflow.gate}"
+
+
+def _wait_cell(wait: sdk.Wait | None) -> str | None:
+    if wait is None:
+        return None
+    text = f"{wait.status} until {_time(wait.deadline_at)} key {wait.correlation_key!r}"
+    return text + (f" won by signal {wait.winner_signal_id}" if wait.winner_signal_id else "")
+
+
+def _task_cell(task: sdk.StepTask | None) -> str | None:
+    return None if task is None else f"{task.task_id} {task.status} attempt {task.attempt}"
+
+
+def _signal_rows(signals: list[sdk.Signal]) -> str:
+    return table(
+        ["SIGNAL", "NAME", "STEP", "SEQ", "STATUS", "DISPOSITION", "ACCEPTED", "CORRELATION", "ACTOR"],
+        [
+            [
+                s.signal_id,
+                s.name,
+                s.target_step_key,
+                str(s.target_activation_sequence),
+                s.status,
+                s.disposition,
+                _time(s.accepted_at),
+                s.correlation_key,
+                s.actor,
+            ]
+            for s in signals
+        ],
+    )
+
+
+# ---- commands -------------------------------------------------------------------------------------
+
+
+def workflow_list(client: sdk.Client, args) -> None:
+    workflows = list(client.list_workflows(status=args.status, definition=args.definition))
+    if args.json:
+        _print_json({"workflows": [w.raw for w in workflows]})
+        return
+    print(
+        table(
+            ["WORKFLOW", "DEFINITION", "STATUS", "GATE", "REVIEW REASON", "DEADLINE", "CREATED"],
+            [
+                [
+                    w.workflow_id,
+                    f"{w.definition} v{w.version}",
+                    w.status,
+                    w.gate,
+                    w.review_reason,
+                    _time(w.deadline_at),
+                    _time(w.created_at),
+                ]
+                for w in workflows
+            ],
+        )
+    )
+
+
+def workflow_show(client: sdk.Client, args) -> None:
+    workflow = client.get_workflow(args.workflow_id)
+    signals = list(client.list_signals(args.workflow_id))
+    if args.json:
+        _print_json({"workflow": workflow.raw, "signals": [s.raw for s in signals]})
+        return
+    print(_status_line(workflow))
+    print(f"definition {workflow.definition} v{workflow.version}, created {_time(workflow.created_at)}, ", end="")
+    print(f"deadline {_time(workflow.deadline_at)}")
+    print(f"input {_cell(workflow.input)}")
+    print()
+    print(
+        table(
+            ["STEP", "TYPE", "SEQ", "STATUS", "REVIEW", "TASK", "WAIT", "RESULT"],
+            [
+                [
+                    step.key,
+                    step.type,
+                    str(step.activation_sequence) if step.activation_sequence is not None else None,
+                    step.status,
+                    step.review_reason,
+                    _task_cell(step.task),
+                    _wait_cell(step.wait),
+                    step.result,
+                ]
+                for step in workflow.steps
+            ],
+        )
+    )
+    print()
+    print(_signal_rows(signals) if signals else "no signals")
+
+
+def workflow_events(client: sdk.Client, args) -> None:
+    events = list(client.events(args.workflow_id))
+    if args.json:
+        _print_json({"events": [e.raw for e in events]})
+        return
+    print(table(["SEQ", "AT", "TYPE", "DATA"], [[str(e.seq), _time(e.at), e.type, e.data] for e in events]))
+
+
+def workflow_control(client: sdk.Client, args) -> None:
+    workflow = getattr(client, args.action)(args.workflow_id, args.reason)
+    _print_workflow(workflow, args)
+
+
+def workflow_review(client: sdk.Client, args) -> None:
+    workflow = client.review(args.workflow_id, args.review_action, args.reason, step_key=args.step, result=args.result)
+    _print_workflow(workflow, args)
+
+
+def _print_workflow(workflow: sdk.Workflow, args) -> None:
+    if args.json:
+        _print_json(workflow.raw)
+    else:
+        print(_status_line(workflow))
+
+
+def signal_send(client: sdk.Client, args) -> None:
+    receipt = client.send_signal(
+        args.workflow_id,
+        name=args.name,
+        payload_version=args.payload_version,
+        target_step_key=args.step,
+        target_activation_sequence=args.sequence,
+        correlation_key=args.correlation_key,
+        reason=args.reason,
+        payload=args.payload,
+        evidence_ref=args.evidence_ref,
+        idempotency_key=args.idempotency_key,
+    )
+    if args.json:
+        _print_json(receipt.raw)
+        return
+    disposition = f" ({receipt.disposition})" if receipt.disposition else ""
+    replayed = ", a replay of the first send" if receipt.replayed else ""
+    print(
+        f"signal {receipt.signal_id}: {receipt.status}{disposition}, accepted {_time(receipt.accepted_at)}, "
+        f"idempotency key {receipt.idempotency_key}{replayed}"
+    )
+
+
+def signal_list(client: sdk.Client, args) -> None:
+    signals = list(client.list_signals(args.workflow_id, status=args.status))
+    if args.json:
+        _print_json({"signals": [s.raw for s in signals]})
+        return
+    print(_signal_rows(signals) if signals else "no signals")
+
+
+def signal_show(client: sdk.Client, args) -> None:
+    signal = client.get_signal(args.workflow_id, args.signal_id)
+    if args.json:
+        _print_json(signal.raw)
+        return
+    rows = [[name, value] for name, value in signal.raw.items() if name != "payload"]
+    rows.append(["payload", "(absent)" if signal.payload is sdk.ABSENT else sdk.dumps(signal.payload)])
+    print(table(["FIELD", "VALUE"], rows))
+
+
+# ---- parser ---------------------------------------------------------------------------------------
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Add `workflow` and `signal` to the `weave` command's subcommands."""
+    remote = argparse.ArgumentParser(add_help=False)
+    remote.add_argument("--url", help=f"Weave's base URL (default: $WEAVE_URL or {DEFAULT_URL})")
+    remote.add_argument("--token", help="bearer token (default: $WEAVE_TOKEN; prefer the variable)")
+    remote.add_argument("--namespace", help="namespace (default: $WEAVE_NAMESPACE)")
+    remote.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
+    remote.add_argument("--json", action="store_true", help="print the server's answer as one JSON object")
+
+    workflow = commands.add_parser("workflow", help="list, show and control workflows through the API")
+    actions = workflow.add_subparsers(dest="action", required=True)
+    p = actions.add_parser("list", parents=[remote], help="the namespace's workflows")
+    p.add_argument("--status", choices=WORKFLOW_STATUSES)
+    p.add_argument("--definition", help="only workflows of this definition")
+    p.set_defaults(run=_command(workflow_list))
+    p = actions.add_parser("show", parents=[remote], help="status, steps, waits, tasks and signals")
+    p.add_argument("workflow_id")
+    p.set_defaults(run=_command(workflow_show))
+    p = actions.add_parser("events", parents=[remote], help="the history, oldest first")
+    p.add_argument("workflow_id")
+    p.set_defaults(run=_command(workflow_events))
+    for action in ("pause", "resume", "cancel"):
+        p = actions.add_parser(action, parents=[remote], help=f"{action} the workflow (R1)")
+        p.add_argument("workflow_id")
+        p.add_argument("--reason", required=True, help="why (audited)")
+        p.set_defaults(run=_command(workflow_control))
+    p = actions.add_parser("review", parents=[remote], help="repair a workflow in NEEDS_REVIEW (R2)")
+    p.add_argument("workflow_id")
+    p.add_argument("--action", dest="review_action", required=True, choices=REVIEW_ACTIONS)
+    p.add_argument("--step", help="the step under review (retry_step, complete_step)")
+    p.add_argument(
+        "--result", type=json_argument, default=sdk.ABSENT, help="complete_step: the step's result, JSON or @file"
+    )
+    p.add_argument("--reason", required=True, help="why (audited)")
+    p.set_defaults(run=_command(workflow_review))
+
+    signal = commands.add_parser("signal", help="send and read signals through the API")
+    actions = signal.add_subparsers(dest="action", required=True)
+    p = actions.add_parser("send", parents=[remote], help="send a signal (safe to repeat with --idempotency-key)")
+    p.add_argument("workflow_id")
+    p.add_argument("--step", required=True, help="target step key")
+    p.add_argument("--name", required=True, help="the contract's signal name")
+    p.add_argument("--payload-version", required=True)
+    p.add_argument("--sequence", type=_positive, default=1, help="target activation sequence (default 1)")
+    p.add_argument("--correlation-key", required=True)
+    p.add_argument("--payload", type=json_argument, default=sdk.ABSENT, help="JSON or @file.json (absent if not given)")
+    p.add_argument("--evidence-ref", help="an opaque reference to the evidence")
+    p.add_argument("--idempotency-key", help="default: a new one for this command (retries inside it reuse it)")
+    p.add_argument("--reason", required=True, help="why (audited)")
+    p.set_defaults(run=_command(signal_send))
+    p = actions.add_parser("list", parents=[remote], help="a workflow's signals with their dispositions")
+    p.add_argument("workflow_id")
+    p.add_argument("--status", choices=SIGNAL_STATUSES)
+    p.set_defaults(run=_command(signal_list))
+    p = actions.add_parser("show", parents=[remote], help="a signal's current state")
+    p.add_argument("workflow_id")
+    p.add_argument("signal_id")
+    p.set_defaults(run=_command(signal_show))

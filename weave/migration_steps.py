@@ -1,0 +1,82 @@
+"""yoyo steps that are safe to run again, for the Python migrations in `migrations/`.
+
+yoyo records a migration only after all its steps have run, and MySQL commits every DDL statement
+at once: after a crash between two steps, the next `weave migrate` runs every step of the
+migration again. So each step here first looks at `information_schema` (MySQL has no
+`ADD COLUMN IF NOT EXISTS`) or touches only rows it has not touched before.
+"""
+
+from __future__ import annotations
+
+from yoyo import step
+
+
+def _has(conn, sql: str, params) -> bool:
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchone()[0] > 0
+
+
+def column_exists(conn, table: str, column: str) -> bool:
+    return _has(
+        conn,
+        "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() "
+        "AND table_name = %s AND column_name = %s",
+        (table, column),
+    )
+
+
+def index_exists(conn, table: str, index: str) -> bool:
+    return _has(
+        conn,
+        "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() "
+        "AND table_name = %s AND index_name = %s",
+        (table, index),
+    )
+
+
+def run(conn, sql: str) -> None:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+
+
+def _alter(conn, table: str, clauses: list[str]) -> None:
+    if clauses:
+        run(conn, f"ALTER TABLE {table} " + ", ".join(clauses))
+
+
+def _add_missing(table: str, items, exists, add: str, drop: str):
+    """A step adding the (name, spec) items that `exists` does not find; its rollback drops those it finds."""
+
+    def apply(conn):
+        _alter(conn, table, [add.format(name=n, spec=s) for n, s in items if not exists(conn, table, n)])
+
+    def rollback(conn):
+        _alter(conn, table, [drop.format(name=n) for n, _ in items if exists(conn, table, n)])
+
+    return step(apply, rollback)
+
+
+def add_columns(table: str, columns):
+    """Add the (name, column spec) columns the table lacks, in one ALTER."""
+    return _add_missing(table, columns, column_exists, "ADD COLUMN {name} {spec}", "DROP COLUMN {name}")
+
+
+def add_indexes(table: str, indexes):
+    """Add the (name, `KEY name (...)` spec) indexes the table lacks, in one ALTER."""
+    return _add_missing(table, indexes, index_exists, "ADD {spec}", "DROP INDEX {name}")
+
+
+def modify_columns(table: str, columns, previous):
+    """MODIFY the columns to their (name, spec); the rollback MODIFYs them back to `previous`."""
+
+    # MODIFY is idempotent: running it again changes nothing.
+    def alter(specs):
+        return lambda conn: _alter(conn, table, [f"MODIFY {n} {s}" for n, s in specs])
+
+    return step(alter(columns), alter(previous))
+
+
+def data(sql: str, rollback_sql: str | None = None):
+    """A data statement; it must only touch rows it has not touched before, so that it can run again."""
+    return step(lambda conn: run(conn, sql), (lambda conn: run(conn, rollback_sql)) if rollback_sql else None)

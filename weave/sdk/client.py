@@ -1,0 +1,402 @@
+"""`Client`: one method per endpoint of the Weave HTTP API v1 (SPEC §11), standard library only.
+
+Every call has a timeout (`timeout` seconds per socket operation; a claim adds its long-poll
+`wait_seconds`). Answers are read as exact JSON and returned as the dataclasses of
+`weave.sdk.models`; error answers raise the `weave.sdk.errors` class of their problem code.
+
+Retries (bounded: at most `retries` more attempts, with jittered exponential backoff, or the
+server's `Retry-After` when it sends one) happen only where repeating a request cannot do
+something twice:
+
+- a connection that could not be opened: nothing was sent, so every call is retried;
+- after a connection error (reset, timeout, closed before the answer) or a 503, only calls whose
+  repetition is harmless: reads (GET), `send_signal` (one `Idempotency-Key` per call, sent again
+  unchanged: the server answers a repeat with the first receipt), `start_workflow` (the
+  `workflow_id`, generated here when not given, makes a repeat answer the same instance) and
+  `heartbeat` (extending a lease twice is extending it);
+- after a 429 (`QUOTA_EXCEEDED`), `send_signal`, after `Retry-After`.
+
+Never repeated blindly: `publish_definition` (a repeat after someone else published would add a
+version), `pause`/`resume`/`cancel`/`review` (a repeat answers `INVALID_STATE`), `claim` (a lost
+answer would hold a second task until its lease expires) and `complete` (the lease token lets at
+most one report in, but a repeat of one that landed answers `LEASE_LOST`: `Worker` repeats it
+knowing that).
+"""
+
+from __future__ import annotations
+
+import http.client
+import platform
+import random
+import secrets
+import ssl
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator, TypeVar
+from urllib.parse import quote, urlencode, urlsplit
+
+from weave.sdk import errors, models
+from weave.sdk.jsonio import ABSENT, dumps, loads
+
+USER_AGENT = f"weave-sdk/0.1 python/{platform.python_version()}"
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_RETRIES = 4
+BACKOFF_BASE_SECONDS = 0.2
+BACKOFF_MAX_SECONDS = 10.0
+# A Retry-After longer than this is not waited for: the error is raised with its `retry_after`.
+RETRY_AFTER_MAX_SECONDS = 120.0
+PAGE_SIZE = 100
+RETRIED_STATUSES = frozenset({503})
+
+T = TypeVar("T")
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: http.client.HTTPMessage
+    body: Any  # parsed JSON, or None for an empty body
+
+
+def _read(cls: type[T], answer: Answer) -> T:
+    try:
+        return models.from_json(cls, answer.body)
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidResponse("INVALID_RESPONSE", answer.status, f"not a {cls.__name__}: {exc}") from None
+
+
+class _NotSent(Exception):
+    """The connection could not be opened: the request never left."""
+
+
+class Client:
+    """A Weave API client for one namespace, authenticated with one bearer token.
+
+    `Client("http://127.0.0.1:8080", token, "demo")`; `base_url` may carry a path prefix
+    (`https://gateway.example/weave`). Safe to share between threads: each call opens its own
+    connection.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        namespace: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        retries: int = DEFAULT_RETRIES,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base_url must be http(s)://host[:port][/prefix], got {base_url!r}")
+        self.base_url = base_url
+        self.namespace = namespace
+        self.timeout = timeout
+        self.retries = retries
+        self._scheme = parts.scheme
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._token = token
+        self._ssl_context = ssl_context
+        self._sleep = time.sleep  # a seam for tests
+
+    def __repr__(self) -> str:
+        return f"Client({self.base_url!r}, namespace={self.namespace!r})"  # never the token
+
+    # ---- definitions ----------------------------------------------------------------------------
+
+    def publish_definition(self, document: dict) -> models.Definition:
+        """Publish a definition (D1): a new version, or the latest one when `document` is identical
+        to it. Not retried after a lost answer: read the versions instead."""
+        answer = self._call("POST", self._ns("definitions"), body=document)
+        return _read(models.Definition, answer)
+
+    def get_definition(self, name: str, version: int) -> models.Definition:
+        answer = self._call("GET", self._ns("definitions", name, "versions", str(version)), retry=True)
+        return _read(models.Definition, answer)
+
+    # ---- workflows ------------------------------------------------------------------------------
+
+    def start_workflow(
+        self, definition: str, version: int, input: Any, deadline_seconds: int, workflow_id: str | None = None
+    ) -> models.Workflow:
+        """Start a workflow (I1). Without `workflow_id` one is generated here (`wf_` + 32 hex
+        digits), so that a retry after a lost answer finds the same instance instead of starting
+        a second one; the same request again answers the existing workflow."""
+        body = {
+            "definition": definition,
+            "version": version,
+            "input": input,
+            "deadline_seconds": deadline_seconds,
+            "workflow_id": workflow_id if workflow_id is not None else "wf_" + secrets.token_hex(16),
+        }
+        answer = self._call("POST", self._ns("workflows"), body=body, retry=True)
+        return _read(models.Workflow, answer)
+
+    def get_workflow(self, workflow_id: str) -> models.Workflow:
+        answer = self._call("GET", self._ns("workflows", workflow_id), retry=True)
+        return _read(models.Workflow, answer)
+
+    def list_workflows(
+        self, status: str | None = None, definition: str | None = None, *, page_size: int = PAGE_SIZE
+    ) -> Iterator[models.Workflow]:
+        """The namespace's workflows (optionally of one status or definition), page by page, in the
+        server's order (newest first). Items are summaries: status, gate, review reason and times,
+        without `input` and `steps` (read those with `get_workflow`)."""
+        query = {"status": status, "definition": definition}
+        for item in self._pages(self._ns("workflows"), "workflows", query, None, page_size):
+            yield models.from_json(models.Workflow, item)
+
+    def events(
+        self, workflow_id: str, *, after: int | None = None, page_size: int = PAGE_SIZE
+    ) -> Iterator[models.Event]:
+        """A workflow's history, oldest first, fetched page by page as the iterator is consumed."""
+        for item in self._pages(self._ns("workflows", workflow_id, "events"), "events", {}, after, page_size):
+            yield models.from_json(models.Event, item)
+
+    def pause(self, workflow_id: str, reason: str) -> models.Workflow:
+        """Pause a RUNNING workflow (R1). Not retried: a repeat would answer INVALID_STATE."""
+        return self._control(workflow_id, "pause", reason)
+
+    def resume(self, workflow_id: str, reason: str) -> models.Workflow:
+        """Resume a PAUSED workflow (R1). Not retried: a repeat would answer INVALID_STATE."""
+        return self._control(workflow_id, "resume", reason)
+
+    def cancel(self, workflow_id: str, reason: str) -> models.Workflow:
+        """Cancel a workflow (R1). Not retried: a repeat would answer INVALID_STATE."""
+        return self._control(workflow_id, "cancel", reason)
+
+    def _control(self, workflow_id: str, action: str, reason: str) -> models.Workflow:
+        answer = self._call("POST", self._ns("workflows", workflow_id, action), body={"reason": reason})
+        return _read(models.Workflow, answer)
+
+    def review(
+        self, workflow_id: str, action: str, reason: str, step_key: str | None = None, result: Any = ABSENT
+    ) -> models.Workflow:
+        """Repair a NEEDS_REVIEW workflow (R2): `action` is retry_step, complete_step (with
+        `result`, which may be None for JSON null), fail or cancel. Not retried: a repeat of
+        retry_step would start yet another activation."""
+        body: dict[str, Any] = {"action": action}
+        if step_key is not None:
+            body["step_key"] = step_key
+        if result is not ABSENT:
+            body["result"] = result
+        body["reason"] = reason
+        answer = self._call("POST", self._ns("workflows", workflow_id, "review"), body=body)
+        return _read(models.Workflow, answer)
+
+    # ---- signals --------------------------------------------------------------------------------
+
+    def send_signal(
+        self,
+        workflow_id: str,
+        *,
+        name: str,
+        payload_version: str,
+        target_step_key: str,
+        target_activation_sequence: int,
+        correlation_key: str,
+        reason: str,
+        payload: Any = ABSENT,
+        evidence_ref: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> models.Receipt:
+        """Send a signal (S1) and return its receipt.
+
+        `payload` left out sends no payload; `payload=None` sends JSON null (they differ). One
+        idempotency key is used for the whole call: the caller's, or a new random one. After a
+        connection error, a 503 or a 429 the same request is sent again with the same key
+        (bounded, jittered, after `Retry-After` when given): the server stores the signal once and
+        answers a repeat with the first receipt (`receipt.replayed`). Pass your own key (an event
+        id of the source system) to make retries across processes safe as well.
+        """
+        body: dict[str, Any] = {
+            "name": name,
+            "payload_version": payload_version,
+            "target_step_key": target_step_key,
+            "target_activation_sequence": target_activation_sequence,
+            "correlation_key": correlation_key,
+        }
+        if payload is not ABSENT:
+            body["payload"] = payload
+        body["reason"] = reason
+        if evidence_ref is not None:
+            body["evidence_ref"] = evidence_ref
+        key = idempotency_key if idempotency_key is not None else f"sdk-{uuid.uuid4().hex}"
+        answer = self._call(
+            "POST",
+            self._ns("workflows", workflow_id, "signals"),
+            body=body,
+            headers={"Idempotency-Key": key},
+            retry=True,
+            retry_quota=True,
+        )
+        receipt = _read(models.Receipt, answer)
+        receipt.replayed = (answer.headers.get("Idempotent-Replayed") or "").lower() == "true"
+        return receipt
+
+    def get_signal(self, workflow_id: str, signal_id: str) -> models.Signal:
+        answer = self._call("GET", self._ns("workflows", workflow_id, "signals", str(signal_id)), retry=True)
+        return _read(models.Signal, answer)
+
+    def list_signals(
+        self, workflow_id: str, status: str | None = None, *, page_size: int = PAGE_SIZE
+    ) -> Iterator[models.Signal]:
+        """A workflow's signals with their dispositions, oldest first, page by page."""
+        path = self._ns("workflows", workflow_id, "signals")
+        for item in self._pages(path, "signals", {"status": status}, None, page_size):
+            yield models.from_json(models.Signal, item)
+
+    # ---- tasks (Pulse) --------------------------------------------------------------------------
+
+    def claim(self, queue: str, worker_id: str, lease_seconds: int = 30, wait_seconds: int = 0) -> models.Task | None:
+        """Claim the oldest available task of `queue`, waiting up to `wait_seconds` (≤ 20) for one;
+        None when there is none. Not retried after a lost answer: it could hold a task unseen."""
+        return self._claim(queue, worker_id, lease_seconds, wait_seconds)[0]
+
+    def _claim(
+        self, queue: str, worker_id: str, lease_seconds: int, wait_seconds: int
+    ) -> tuple[models.Task | None, float | None]:
+        """`claim`, plus the `Retry-After` (seconds) of an empty answer: a server with enough
+        waiting claims may answer at once and say when to come back (`Worker` waits that long)."""
+        answer = self._call(
+            "POST",
+            self._ns("queues", queue, "claim"),
+            body={"worker_id": worker_id, "lease_seconds": lease_seconds, "wait_seconds": wait_seconds},
+            timeout=self.timeout + wait_seconds,
+        )
+        if answer.status == 204:
+            return None, errors.retry_after_seconds(answer.headers.get("Retry-After"))
+        return _read(models.Task, answer), None
+
+    def heartbeat(self, task: models.Task, lease_seconds: int = 30) -> models.Heartbeat:
+        """Extend the task's lease; `cancel_requested` says whether Weave asked to cancel it.
+        Raises `LeaseLost` when the lease is no longer this task's. Retried (a repeat only extends
+        the lease again)."""
+        answer = self._call(
+            "POST",
+            self._ns("tasks", task.task_id, "heartbeat"),
+            body={"lease_token": task.lease_token, "lease_seconds": lease_seconds},
+            retry=True,
+        )
+        return _read(models.Heartbeat, answer)
+
+    def complete(
+        self, task: models.Task, outcome: str, result: Any = None, error: dict | str | None = None
+    ) -> models.Completion:
+        """Report the task's outcome: SUCCEEDED with `result`, FAILED with `error` (a dict
+        `{"message", "retryable", "details"?}`, or a message string, then retryable), or CANCELLED.
+        Not retried (see the module docstring)."""
+        body: dict[str, Any] = {"lease_token": task.lease_token, "outcome": outcome}
+        if outcome == "SUCCEEDED":
+            body["result"] = result
+        elif result is not None:
+            raise ValueError(f"a result is reported with SUCCEEDED only, not {outcome}")
+        if outcome == "FAILED":
+            body["error"] = {"message": error, "retryable": True} if isinstance(error, str) else error
+        elif error is not None:
+            raise ValueError(f"an error is reported with FAILED only, not {outcome}")
+        answer = self._call("POST", self._ns("tasks", task.task_id, "complete"), body=body)
+        return _read(models.Completion, answer)
+
+    # ---- transport ------------------------------------------------------------------------------
+
+    def _ns(self, *segments: str) -> str:
+        # Every segment is quoted whole: a workflow id may hold `?`, `#` or `%`.
+        return "/v1/namespaces/" + "/".join(quote(str(s), safe="") for s in (self.namespace, *segments))
+
+    def _pages(self, path: str, member: str, query: dict, after: Any, page_size: int) -> Iterator[dict]:
+        while True:
+            params = {k: v for k, v in query.items() if v is not None}
+            params["limit"] = page_size
+            if after is not None:
+                params["after"] = after
+            page = self._call("GET", f"{path}?{urlencode(params)}", retry=True).body
+            yield from page[member]
+            after = page.get("next_after")
+            if after is None:
+                return
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = ABSENT,
+        headers: dict[str, str] | None = None,
+        retry: bool = False,
+        retry_quota: bool = False,
+        timeout: float | None = None,
+    ) -> Answer:
+        """One API call: send, read, and retry as the call allows (see the module docstring)."""
+        data = None if body is ABSENT else dumps(body).encode("utf-8")
+        attempt = 0
+        while True:
+            try:
+                answer = self._once(method, path, data, headers or {}, timeout or self.timeout)
+            except _NotSent as exc:
+                failure: errors.WeaveError = errors.ConnectionFailed(
+                    "CONNECTION_FAILED", None, f"cannot connect to {self.base_url}: {exc.__cause__}"
+                )
+                failure.__cause__ = exc.__cause__
+                retryable = True
+            except (OSError, http.client.HTTPException) as exc:
+                failure = errors.ConnectionFailed(
+                    "CONNECTION_FAILED", None, f"{method} {path}: no answer read: {type(exc).__name__}: {exc}"
+                )
+                failure.__cause__ = exc
+                retryable = retry
+            else:
+                if answer.status < 400:
+                    return answer
+                failure = errors.from_answer(answer.status, answer.headers.get("Retry-After"), answer.body)
+                retryable = (retry and answer.status in RETRIED_STATUSES) or (retry_quota and answer.status == 429)
+            if not retryable or attempt >= self.retries:
+                raise failure
+            if failure.retry_after is not None:
+                if failure.retry_after > RETRY_AFTER_MAX_SECONDS:
+                    raise failure
+                # At least what the server asked, plus a little so that waiters do not return as one.
+                delay = failure.retry_after + random.uniform(0, min(1.0, BACKOFF_BASE_SECONDS * 2**attempt))
+            else:
+                delay = random.uniform(0, min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt))
+            self._sleep(delay)
+            attempt += 1
+
+    def _once(self, method: str, path: str, data: bytes | None, extra: dict[str, str], timeout: float) -> Answer:
+        if self._scheme == "https":
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                self._host, self._port, timeout=timeout, context=self._ssl_context
+            )
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        try:
+            try:
+                conn.connect()
+            except OSError as exc:
+                raise _NotSent() from exc
+            headers = {
+                "Authorization": f"Bearer {self._token}",
+                "Accept": "application/json, application/problem+json",
+                "User-Agent": USER_AGENT,
+                **extra,
+            }
+            if data is not None:
+                headers["Content-Type"] = "application/json"
+            conn.request(method, self._prefix + path, body=data, headers=headers)
+            response = conn.getresponse()
+            raw = response.read()
+        finally:
+            conn.close()
+        try:
+            body = loads(raw) if raw else None
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            if response.status < 400:
+                raise errors.InvalidResponse(
+                    "INVALID_RESPONSE", response.status, f"{method} {path}: the answer is not JSON"
+                ) from None
+            body = None
+        return Answer(response.status, response.headers, body)
