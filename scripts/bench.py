@@ -1,6 +1,6 @@
 """Benchmarks: Weave over HTTP beside a raw PyMySQL baseline doing the same statements, same run.
 
-    scripts/bench [--only pulse|e2e|signals|latency] [--json FILE]   (--help lists every option)
+    scripts/bench [--only pulse|e2e|signals|latency|validation] [--json FILE]   (--help lists every option)
 
 Everything runs on this machine: a private database server, `weave serve` and `weave scan` as
 separate processes, and load generator threads here. Each figure is printed beside its baseline
@@ -15,6 +15,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -26,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
-from weave import auth, migrate
+from weave import auth, jsontext, migrate, schemas
 from weave.db import Database, DatabaseUrl, connect
 from weave.devdb import PrivateServer, free_port
+from weave.rules import definitions as definition_rules
 from weave.sql import inbox as inbox_sql
 from weave.sql import instances as instance_sql
 from weave.sql import tasks as task_sql
@@ -575,7 +577,6 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
     """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal,
     writing the same rows with the same contents (receipt, event data, audit details); without
     authentication, HTTP, JSON parsing, schema validation or the contract check."""
-    from weave import jsontext
     from weave.sql import audit as audit_sql
     from weave.sql import events as event_sql
     from weave.sql import signals as sig_sql
@@ -855,6 +856,276 @@ def bench_latency(bench: Bench, signals: int, idle_window: float = 5.0) -> list[
     ]
 
 
+# ---- payload validation under hostile schemas (issue 10, items 2-3) ---------------------------------
+
+VALIDATION_BYTES = 256 * 1024
+VALIDATION_TARGET_MS = 100.0
+VALIDATION_RUNS = 5
+CHAIN_DEPTH = 200  # arrays nested around the wide one; jsonschema's own recursion stops near 300
+# Stock jsonschema runs in a subprocess (Weave's RE2 and uniqueItems replace its code in-process) on
+# inputs small enough to finish: it doubles with every character of the first, is quadratic in the second.
+STOCK_PATTERN_CHARS = 24
+STOCK_UNIQUE_OBJECTS = 1000
+
+CATASTROPHIC = "^(a+)+$"  # exponential on backtracking engines
+# Linear on RE2 too, but with a factor: its DFA needs 2^1000 states here, so RE2 falls back to its NFA,
+# which steps every instruction of the program (≈1,000 here) for every character of the subject.
+NFA_FALLBACK = "[ab]*a[ab]{1000}c"
+MANY_PATTERNS = 100
+
+
+def _json_bytes(value) -> int:
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+def _largest(build, size: int):
+    """build(n) for the largest n whose compact JSON text fits in `size` bytes."""
+    low, high = 0, 1
+    while _json_bytes(build(high)) <= size:
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if _json_bytes(build(middle)) <= size else (low, middle)
+    return build(low)
+
+
+def _recursive(node: dict) -> dict:
+    """A schema applying `node` (with `items` pointing back to it) at every level of nested arrays."""
+    return {"$ref": "#/$defs/node", "$defs": {"node": {**node, "items": {"$ref": "#/$defs/node"}}}}
+
+
+def _tree(low: int, high: int):
+    """A balanced binary tree of arrays over the integers low..high-1: every array is distinct."""
+    if high - low <= 2:
+        return list(range(low, high))
+    middle = (low + high) // 2
+    return [_tree(low, middle), _tree(middle, high)]
+
+
+def _chain(depth: int, inner):
+    for _ in range(depth):
+        inner = [inner]
+    return inner
+
+
+def validation_cases(size: int, chain_depth: int = CHAIN_DEPTH) -> list[tuple[str, dict, object, dict]]:
+    """(label, hostile schema, worst payload of at most `size` bytes, the baseline schema: one plain
+    keyword on every node of the same payload, which it passes)."""
+    rng = random.Random(7)
+    subject = "".join(rng.choice("ab") for _ in range(size))
+    strings, recursive_plain = {"items": {"type": "string"}}, _recursive({})
+    keys = _largest(lambda n: {format(i, "x") + "!": 0 for i in range(n)}, size)
+    members = {"additionalProperties": {"type": "integer"}}
+    return [
+        (
+            f"pattern {CATASTROPHIC}, one string a…a!",
+            {"pattern": CATASTROPHIC},
+            _largest(lambda n: "a" * n + "!", size),
+            {"type": "string"},
+        ),
+        (
+            f"pattern {NFA_FALLBACK}, one string of a/b",
+            {"pattern": NFA_FALLBACK},
+            _largest(lambda n: subject[:n], size),
+            {"type": "string"},
+        ),
+        (
+            f'items.pattern {CATASTROPHIC}, strings "" (each fails)',
+            {"items": {"pattern": CATASTROPHIC}},
+            _largest(lambda n: [""] * n, size),
+            strings,
+        ),
+        (
+            f"patternProperties {CATASTROPHIC} + additionalProperties:false, keys <hex>!",
+            {"patternProperties": {CATASTROPHIC: {}}, "additionalProperties": False},
+            keys,
+            members,
+        ),
+        (
+            f"patternProperties, {MANY_PATTERNS} patterns, keys <hex>!",
+            {"patternProperties": {f"^{i}x+$": {} for i in range(MANY_PATTERNS)}},
+            keys,
+            members,
+        ),
+        (
+            f"propertyNames.pattern {CATASTROPHIC}, keys <hex>! (each fails)",
+            {"propertyNames": {"pattern": CATASTROPHIC}},
+            keys,
+            members,
+        ),
+        (
+            "uniqueItems, distinct small objects",
+            {"uniqueItems": True},
+            _largest(lambda n: [{"k": i} for i in range(n)], size),
+            {"items": {"type": "object"}},
+        ),
+        (
+            "uniqueItems, distinct small arrays",
+            {"uniqueItems": True},
+            _largest(lambda n: [[i] for i in range(n)], size),
+            {"items": {"type": "array"}},
+        ),
+        (
+            "uniqueItems at every level ($ref), balanced tree of arrays",
+            _recursive({"uniqueItems": True}),
+            _largest(lambda n: _tree(0, n), size),
+            recursive_plain,
+        ),
+        (
+            f"uniqueItems at every level ($ref), {chain_depth} arrays around one wide array",
+            _recursive({"uniqueItems": True}),
+            _largest(lambda n: _chain(chain_depth, list(range(n))), size),
+            recursive_plain,
+        ),
+        (
+            "reference: items.type integer, small integers",
+            {"items": {"type": "integer"}},
+            _largest(lambda n: [i % 10 for i in range(n)], size),
+            {"items": {}},
+        ),
+        (
+            'reference: items.type integer, strings "" (each fails)',
+            {"items": {"type": "integer"}},
+            _largest(lambda n: [""] * n, size),
+            strings,
+        ),
+    ]
+
+
+def _publishable(schema: dict) -> None:
+    """The schema passes every check a definition's payload schema passes at publish."""
+    document = {
+        "name": "hostile",
+        "steps": [
+            {
+                "key": "s",
+                "type": "SIGNAL",
+                "timeout_seconds": 60,
+                "correlation": "/input/id",
+                "signal": {"name": "x", "payload_version": "v1", "payload_schema": schema},
+            }
+        ],
+    }
+    schemas.validate("definition", document)
+    assert definition_rules.problems(document) == [], definition_rules.problems(document)
+
+
+def _validation_ms(schema: dict, text: str, runs: int) -> tuple[float, float, int]:
+    """Median milliseconds (elapsed, and CPU of this process: the machine may be shared) of checking
+    the payload exactly as a signal's is, and its error count."""
+    payload = jsontext.loads(text)  # as the API parses it: exact numbers
+    schemas.errors_of(schemas.payload_validator(schema), payload)  # untimed: builds and caches the validator
+    elapsed, cpu, errors = [], [], []
+    for _ in range(runs):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        errors = schemas.errors_of(schemas.payload_validator(schema), payload, "/payload")
+        elapsed.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
+    return median(elapsed) * 1000, median(cpu) * 1000, len(errors)
+
+
+STOCK_CHECK = """
+import json, re, sys, time
+from statistics import median
+import jsonschema._keywords
+from jsonschema import Draft202012Validator
+assert jsonschema._keywords.re is re  # stock: Weave's RE2 is not installed in this process
+case = json.load(sys.stdin)
+validator, payload = Draft202012Validator(case["schema"]), json.loads(case["text"])
+times = []
+for _ in range(case["runs"]):
+    started = time.perf_counter()
+    list(validator.iter_errors(payload))
+    times.append(time.perf_counter() - started)
+print(median(times) * 1000)
+"""
+
+
+def _stock_ms(schema: dict, text: str, runs: int) -> float:
+    """Median milliseconds of stock jsonschema (Python's `re`, pairwise uniqueItems) in a fresh process."""
+    done = subprocess.run(
+        [sys.executable, "-c", STOCK_CHECK],
+        input=json.dumps({"schema": schema, "text": text, "runs": runs}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(done.stdout)
+
+
+def bench_validation(
+    size: int = VALIDATION_BYTES,
+    runs: int = VALIDATION_RUNS,
+    stock_pattern_chars: int = STOCK_PATTERN_CHARS,
+    stock_unique_objects: int = STOCK_UNIQUE_OBJECTS,
+    chain_depth: int = CHAIN_DEPTH,
+) -> list[dict]:
+    """Each hostile payload schema against the worst payload of `size` bytes for it, timed as a
+    signal's payload is checked (validator from the cache, every error collected and sorted); beside
+    it the same payload against `{}` and against one plain keyword on each node. Medians of `runs`."""
+    print(
+        f"payload validation, payloads of {size:,} bytes, median of {runs} runs, target {VALIDATION_TARGET_MS:.0f} ms",
+        flush=True,
+    )
+    results = []
+    for label, schema, payload, plain in validation_cases(size, chain_depth):
+        _publishable(schema)
+        text = json.dumps(payload, separators=(",", ":"))
+        hostile, hostile_cpu, errors = _validation_ms(schema, text, runs)
+        trivial, _, _ = _validation_ms({}, text, runs)
+        baseline, _, baseline_errors = _validation_ms(plain, text, runs)
+        assert baseline_errors == 0, f"the baseline of {label!r} must pass"
+        meets = hostile < VALIDATION_TARGET_MS
+        print(
+            f"  {label:<72} {hostile:8.1f} ms (CPU {hostile_cpu:8.1f})   {{}} {trivial:5.2f} ms   "
+            f"one keyword per node {baseline:7.1f} ms   ratio {hostile / baseline:9.2f}   {errors:>5} error(s)   "
+            f"{'meets' if meets else 'MISSES'} target",
+            flush=True,
+        )
+        results.append(
+            {
+                "label": label,
+                "bytes": len(text),
+                "weave_ms": round(hostile, 2),
+                "weave_cpu_ms": round(hostile_cpu, 2),
+                "trivial_ms": round(trivial, 3),
+                "one_keyword_per_node_ms": round(baseline, 2),
+                "ratio": round(hostile / baseline, 3),
+                "errors": errors,
+                "meets_target": meets,
+            }
+        )
+    small = [
+        (
+            f"pattern {CATASTROPHIC}, {stock_pattern_chars} characters a…a!",
+            {"pattern": CATASTROPHIC},
+            "a" * (stock_pattern_chars - 1) + "!",
+        ),
+        (
+            f"uniqueItems, {stock_unique_objects} distinct small objects",
+            {"uniqueItems": True},
+            [{"k": i} for i in range(stock_unique_objects)],
+        ),
+    ]
+    for label, schema, payload in small:
+        text = json.dumps(payload, separators=(",", ":"))
+        weave_ms, _, _ = _validation_ms(schema, text, runs)
+        stock = _stock_ms(schema, text, runs)
+        print(
+            f"  stock jsonschema, {label:<55} {stock:9.1f} ms   Weave {weave_ms:7.2f} ms ({len(text):,} bytes)",
+            flush=True,
+        )
+        results.append(
+            {
+                "label": f"stock jsonschema: {label}",
+                "bytes": len(text),
+                "stock_ms": round(stock, 2),
+                "weave_ms": round(weave_ms, 3),
+            }
+        )
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=2000)
@@ -867,7 +1138,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeat", type=int, default=3, help="alternating weave/baseline runs per signal figure")
     parser.add_argument("--latency-signals", type=int, default=200)
-    parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency"))
+    parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency", "validation"))
+    parser.add_argument("--validation-bytes", type=int, default=VALIDATION_BYTES, help="size of each hostile payload")
+    parser.add_argument("--validation-runs", type=int, default=VALIDATION_RUNS, help="timed runs per validation figure")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
         "--server-threads",
@@ -880,6 +1153,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     results = []
+    if args.only in (None, "validation"):  # in this process, no server needed
+        print(f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, load {_load()}", flush=True)
+        results += bench_validation(args.validation_bytes, args.validation_runs)
+        if args.only == "validation":
+            return _write(args.json, results)
     with running_weave(args.server_threads, args.server_processes) as bench:
         print(
             f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, weave serve "
@@ -894,8 +1172,17 @@ def main(argv: list[str] | None = None) -> int:
             results += bench_signals(bench, args.signals, args.repeat)
         if args.only in (None, "latency"):
             results += bench_latency(bench, args.latency_signals)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    return _write(args.json, results)
+
+
+def _load() -> str:
+    """The load averages (1, 5, 15 minutes): validation figures are single-threaded CPU time."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def _write(path: Path | None, results: list[dict]) -> int:
+    if path:
+        path.write_text(json.dumps(results, indent=2))
     return 0
 
 

@@ -40,7 +40,8 @@ def test_the_bench_command_starts_and_describes_its_flags():
     shown = subprocess.run([SCRIPTS / "bench", "--help"], capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "usage: scripts/bench" in shown.stdout
-    assert all(flag in shown.stdout for flag in ("--tasks", "--workflows", "--only", "--json", "--server-processes"))
+    flags = ("--tasks", "--workflows", "--only", "--json", "--server-processes", "--validation-bytes")
+    assert all(flag in shown.stdout for flag in flags)
 
 
 # The bench measures its own database server's CPU, so it always starts a private one.
@@ -58,3 +59,13 @@ def test_every_bench_section_runs_on_tiny_sizes():
     assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rates)
     latency = rows[-1]
     assert latency["label"] == "signal accepted -> consumed" and latency["max_ms"] >= latency["p50_ms"] >= 0
+
+
+def test_the_validation_section_runs_on_tiny_sizes():
+    """Every hostile schema is publishable (checked inside) and every baseline passes its payload."""
+    rows = bench.bench_validation(size=2048, runs=1, stock_pattern_chars=10, stock_unique_objects=20, chain_depth=5)
+    weave, stock = rows[:-2], rows[-2:]
+    assert len(weave) == len(bench.validation_cases(2048, 5)) == 12
+    assert all(row["bytes"] <= 2048 and row["weave_ms"] >= 0 and row["one_keyword_per_node_ms"] > 0 for row in weave)
+    assert all(row["errors"] > 0 for row in weave[:3])  # the hostile payloads really are refused
+    assert all(row["stock_ms"] > 0 and row["label"].startswith("stock jsonschema") for row in stock)

@@ -113,10 +113,200 @@ def test_weave_migrate_command_applies_everything(scratch_database):
     assert "none pending" in again.stdout
 
 
-def test_missing_database_url_is_a_clear_error(monkeypatch):
+def test_missing_database_url_is_a_usage_error(monkeypatch, capsys):
     monkeypatch.delenv("WEAVE_DATABASE_URL", raising=False)
-    with pytest.raises(SystemExit, match="WEAVE_DATABASE_URL"):
-        main(["migrate"])
+    assert refused(capsys, "migrate") == "set WEAVE_DATABASE_URL=mysql://user:pass@host:port/db or pass --database-url"
+
+
+# ---- every argument is checked before anything runs (issue 10, item 10) -------------------------------
+
+
+def refused(capsys, *argv) -> str:
+    """Run a command line that must be refused as a usage error; the reason argparse printed."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(argv))
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: weave") and "Traceback" not in err
+    assert "\x1b" not in err and "\r" not in err  # a hostile argument reaches the terminal escaped
+    return err.rsplit("error: ", 1)[1].rstrip("\n")
+
+
+@pytest.fixture
+def shop(env_url, capsys, database, weave_tables):
+    """A tenant every refused command below would otherwise succeed on, and a way to see that a
+    refused command wrote nothing: the row count of every table."""
+    run_json(capsys, "admin", "namespace", "create", "shop")
+    run_json(capsys, "admin", "queue", "create", "shop", "inventory", "--permits", "2")
+    run_json(capsys, "admin", "app", "create", "shop", "web")
+
+    def rows() -> dict:
+        def count(tx):
+            return {t: tx.one(f"SELECT COUNT(*) AS n FROM `{t}`")["n"] for t in weave_tables}  # names from the schema
+
+        return database.run(count)
+
+    return rows
+
+
+CREDENTIAL = ("admin", "credential", "create", "shop", "web", "--scope", "workflows:read")
+
+
+@pytest.mark.parametrize(
+    "argv, reason",
+    [
+        # the three cases of the issue: a datetime overflow, a database error, control characters
+        (
+            CREDENTIAL + ("--actor", "a", "--expires-in", "99999999999999999999"),
+            "argument --expires-in: '99999999999999999999': must be a whole number from 1 to 315360000 seconds (ten years)",
+        ),
+        (
+            CREDENTIAL + ("--actor", "a" * 129),
+            "argument --actor: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'... (129 characters): "
+            "must be 1 to 128 characters (got 129)",
+        ),
+        (CREDENTIAL + ("--actor", ""), "argument --actor: '': must be 1 to 128 characters (got 0)"),
+        (
+            CREDENTIAL + ("--actor", "alice\nforged audit line"),
+            "argument --actor: 'alice\\nforged audit line': must be printable: no control, format or line-separator characters",
+        ),
+        (
+            CREDENTIAL + ("--actor", "\x1b[31malice\x1b[0m"),
+            "argument --actor: '\\x1b[31malice\\x1b[0m': must be printable: no control, format or line-separator characters",
+        ),
+        (
+            CREDENTIAL + ("--actor", "\u202eecila"),
+            "argument --actor: '\\u202eecila': must be printable: no control, format or line-separator characters",
+        ),
+        (CREDENTIAL + ("--actor", "alice "), "argument --actor: 'alice ': must not start or end with a space"),
+        (
+            CREDENTIAL + ("--actor", "system:scanner"),
+            "argument --actor: 'system:scanner': 'system:' is reserved for Weave's own actors in audit",
+        ),
+        # the other numbers
+        (
+            CREDENTIAL + ("--actor", "a", "--expires-in", "0"),
+            "argument --expires-in: '0': must be a whole number from 1 to 315360000 seconds (ten years)",
+        ),
+        (
+            CREDENTIAL + ("--actor", "a", "--expires-in", "315360001"),
+            "argument --expires-in: '315360001': must be a whole number from 1 to 315360000 seconds (ten years)",
+        ),
+        (
+            CREDENTIAL + ("--actor", "a", "--expires-in", "1e6"),
+            "argument --expires-in: '1e6': must be a whole number from 1 to 315360000 seconds (ten years)",
+        ),
+        (
+            ("admin", "queue", "create", "shop", "q", "--permits", "0"),
+            "argument --permits: '0': must be a whole number from 1 to 1000000",
+        ),
+        (
+            ("admin", "queue", "create", "shop", "q", "--permits", "-3"),
+            "argument --permits: '-3': must be a whole number from 1 to 1000000",
+        ),
+        (
+            ("admin", "queue", "create", "shop", "q", "--permits", "1000001"),
+            "argument --permits: '1000001': must be a whole number from 1 to 1000000",
+        ),
+        (
+            ("admin", "queue", "create", "shop", "q", "--permits", " 7"),
+            "argument --permits: ' 7': must be a whole number from 1 to 1000000",
+        ),
+        (
+            ("admin", "queue", "create", "shop", "q", "--permits", "\u0663"),
+            "argument --permits: '\u0663': must be a whole number from 1 to 1000000",
+        ),
+        (
+            ("admin", "app", "create", "shop", "mobile", "--signals-per-minute", "4294967296"),
+            "argument --signals-per-minute: '4294967296': must be a whole number from 0 to 4294967295",
+        ),
+        (
+            ("admin", "app", "create", "shop", "mobile", "--signals-per-minute", "-1"),
+            "argument --signals-per-minute: '-1': must be a whole number from 0 to 4294967295",
+        ),
+        (
+            ("admin", "credential", "revoke", "shop", "0"),
+            "argument credential_id: '0': must be a whole number from 1 to 18446744073709551615",
+        ),
+        (
+            ("admin", "credential", "revoke", "shop", "18446744073709551616"),
+            "argument credential_id: '18446744073709551616': must be a whole number from 1 to 18446744073709551615",
+        ),
+        (
+            ("admin", "credential", "revoke", "shop", "abc"),
+            "argument credential_id: 'abc': must be a whole number from 1 to 18446744073709551615",
+        ),
+        # names, as the API's: a trailing newline slipped through `^...$` before
+        (("admin", "namespace", "create", "shop2\n"), "argument namespace: 'shop2\\n': use 1-64 of A-Z a-z 0-9 _ . -"),
+        (("admin", "namespace", "create", ""), "argument namespace: '': use 1-64 of A-Z a-z 0-9 _ . -"),
+        (
+            ("admin", "namespace", "create", "n" * 65),
+            "argument namespace: 'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn'... (65 characters): use 1-64 of A-Z a-z 0-9 _ . -",
+        ),
+        (
+            ("admin", "queue", "create", "shop", "caf\u00e9", "--permits", "1"),
+            "argument queue: 'caf\u00e9': use 1-64 of A-Z a-z 0-9 _ . -",
+        ),
+        (("admin", "app", "create", "shop", "we b"), "argument app: 'we b': use 1-64 of A-Z a-z 0-9 _ . -"),
+        (("admin", "app", "disable", "shop", "web/x"), "argument app: 'web/x': use 1-64 of A-Z a-z 0-9 _ . -"),
+        (
+            CREDENTIAL + ("--actor", "a", "--queue", "inventory\r"),
+            "argument --queue: 'inventory\\r': use 1-64 of A-Z a-z 0-9 _ . -",
+        ),
+        (
+            ("admin", "credential", "create", "shop", "web", "--actor", "a", "--scope", "root:all"),
+            "argument --scope: invalid choice: 'root:all' (choose from 'definitions:read', 'definitions:write', "
+            "'tasks:work', 'workflows:control', 'workflows:read', 'workflows:review', 'workflows:signal', "
+            "'workflows:start')",
+        ),
+        (
+            ("admin", "namespace", "create", "shop2", "--database-url", "postgres://h/db"),
+            "argument --database-url: database URL must start with mysql:// (got 'postgres')",
+        ),
+        (
+            ("admin", "namespace", "create", "shop2", "--database-url", "mysql://h:99999/db"),
+            "argument --database-url: Port out of range 0-65535",
+        ),
+        (
+            ("admin", "namespace", "create", "shop2", "--database-url", "mysql://u:secret@h/"),
+            "argument --database-url: database URL must name a database: mysql://user:pass@host:port/db",
+        ),
+        (
+            ("admin", "namespace", "create", "shop2", "--database-url", "mysql://u:secret@h/db`; DROP"),
+            "argument --database-url: database name 'db`; DROP': use 1-64 of A-Z a-z 0-9 _ -",
+        ),
+    ],
+)
+def test_admin_arguments_are_checked_before_anything_runs(shop, capsys, argv, reason):
+    before = shop()
+    assert refused(capsys, *argv) == reason
+    assert shop() == before
+
+
+def test_the_database_url_from_the_environment_is_checked_like_the_flag(monkeypatch, capsys):
+    monkeypatch.setenv("WEAVE_DATABASE_URL", "mysql://user:secret@host:port/db")
+    reason = refused(capsys, "admin", "namespace", "create", "shop")
+    assert reason == "WEAVE_DATABASE_URL: Port could not be cast to integer value as 'port'"
+    assert "secret" not in reason
+
+
+def test_admin_arguments_at_their_bounds_are_accepted(shop, capsys, database):
+    actor = "\u00e9" * 128  # characters, not bytes: the column is VARCHAR(128) in utf8mb4
+    created = run_json(capsys, *CREDENTIAL, "--actor", actor, "--expires-in", "315360000", "--queue", "inventory")
+    row = database.run(lambda tx: tx.one("SELECT actor, created_at, expires_at FROM credentials"))
+    assert row["actor"] == actor and row["expires_at"] - row["created_at"] == timedelta(seconds=315360000)
+    assert run_json(capsys, "admin", "queue", "create", "shop", "big", "--permits", "1000000")["max_permits"] == 1000000
+    quota = run_json(capsys, "admin", "app", "create", "shop", "flood", "--signals-per-minute", "4294967295")
+    assert quota["signals_per_minute"] == 4294967295
+    assert (
+        run_json(capsys, "admin", "app", "create", "shop", "mute", "--signals-per-minute", "0")["signals_per_minute"]
+        == 0
+    )
+    assert run_json(capsys, "admin", "namespace", "create", "n" * 64)["namespace"] == "n" * 64
+    # the largest id is a well-formed id that does not exist: a plain failure, not a usage error
+    assert main(["admin", "credential", "revoke", "shop", str(2**64 - 1)]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert run_json(capsys, "admin", "credential", "revoke", "shop", created["credential_id"])["revoked"] is True
 
 
 def test_body_cap_comes_from_the_environment_or_the_default(monkeypatch):
@@ -130,6 +320,32 @@ def test_body_cap_comes_from_the_environment_or_the_default(monkeypatch):
         monkeypatch.setenv("WEAVE_MAX_BODY_BYTES", bad)
         with pytest.raises(SystemExit, match="WEAVE_MAX_BODY_BYTES"):
             max_body_bytes_from_env()
+
+
+@pytest.mark.parametrize(
+    "argv, reason",
+    [
+        (("serve", "--port", "65536"), "argument --port: '65536': must be a whole number from 0 to 65535"),
+        (("dev", "--port", "-1"), "argument --port: '-1': must be a whole number from 0 to 65535"),
+        (("serve", "--threads", "0"), "argument --threads: '0': must be a whole number from 1 to 2147483647"),
+        (
+            ("scan", "--idle-seconds", "nan"),
+            "argument --idle-seconds: 'nan': must be a number of seconds from 0 to 3600",
+        ),
+        (("scan", "--idle-seconds", "-1"), "argument --idle-seconds: '-1': must be a number of seconds from 0 to 3600"),
+        (
+            ("scan", "--idle-seconds", "1e9"),
+            "argument --idle-seconds: '1e9': must be a number of seconds from 0 to 3600",
+        ),
+        (
+            ("scan", "--idle-seconds", "soon"),
+            "argument --idle-seconds: 'soon': must be a number of seconds from 0 to 3600",
+        ),
+    ],
+)
+def test_server_and_scanner_numbers_are_checked_too(monkeypatch, capsys, argv, reason):
+    monkeypatch.setenv("WEAVE_DATABASE_URL", "mysql://u@127.0.0.1:1/never_reached")
+    assert refused(capsys, *argv) == reason
 
 
 def test_issue_10_1_idle_timeout_comes_from_the_flag_the_environment_or_the_default(monkeypatch):

@@ -91,7 +91,8 @@ def test_the_weave_commands_log_every_record_on_one_line_waitress_and_tracebacks
     )
     env = {k: v for k, v in os.environ.items() if k != "WEAVE_DATABASE_URL"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    lines = done.stderr.splitlines()
+    usage, lines = done.stderr.splitlines()[:2], done.stderr.splitlines()[2:]
+    assert usage[1].startswith("weave: error: set WEAVE_DATABASE_URL"), done.stderr  # argparse's, not a log record
     assert len(lines) == 2, done.stderr
     assert lines[0].endswith(f"INFO waitress Client disconnected while serving /x\\r\\n{FORGED}")
     assert " ERROR weave.errors unexpected error in GET /y\\r\\nz\\nTraceback (most recent call last):\\n" in lines[1]

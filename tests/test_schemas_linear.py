@@ -86,6 +86,23 @@ def test_unique_items_is_linear_for_thousands_of_objects():
     )
 
 
+EVERY_LEVEL = {"$ref": "#/$defs/node", "$defs": {"node": {"uniqueItems": True, "items": {"$ref": "#/$defs/node"}}}}
+
+
+def test_unique_items_at_every_level_of_a_deep_payload():
+    """Identities are remembered across the levels of one validation: equal content in distinct
+    objects is still equal, and a repeat deep down is found at its own level."""
+    wide = [{"id": i} for i in range(1000)]
+    deep = wide
+    for _ in range(150):
+        deep = [deep, [1]]
+    assert quickly(lambda: errors(EVERY_LEVEL, deep)) == []
+    inner = [[[{"a": 1}], [{"a": Decimal("1.0")}]]]  # two distinct lists with equal content, three levels down
+    found = errors(EVERY_LEVEL, [[inner, 2]])
+    assert [e["pointer"] for e in found] == ["/0/0/0"]
+    assert found[0]["message"] == "item 1 repeats an earlier item; the items must be unique"
+
+
 def signal_step_document(payload_schema) -> dict:
     signal = {"name": "n", "payload_version": "v1", "payload_schema": payload_schema}
     step = {"key": "s", "type": "SIGNAL", "timeout_seconds": 60, "correlation": "/input/k", "signal": signal}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -33,7 +34,6 @@ from weave.errors import Code, WeaveError
 from weave.scanner import IDLE_SECONDS, Scanner
 from weave.sql import definitions, tenancy
 
-NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 DEV_DIR = Path(".weave")
 DEV_NAMESPACE = "demo"
 DEV_QUEUE = "default"
@@ -90,29 +90,105 @@ DEV_POLL_DEFINITION = {
 }
 
 
+# ---- argument checks --------------------------------------------------------------------------------
+# Every argument is checked while the command line is parsed, before any database work: a refusal
+# is a usage error with argparse's exit status 2 and says which argument and why. The bounds are
+# listed in README "Admin commands: what each argument accepts".
+
+NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # the API's names (docs/decisions.md), matched whole
+DATABASE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what `weave migrate` can create
+DIGITS = re.compile(r"[0-9]+")  # ASCII only: int() would also take " 7", "7_0" and other scripts' digits
+ACTOR_MAX_CHARS = 128  # credentials.actor and audit_records.actor are VARCHAR(128) (characters)
+RESERVED_ACTOR_PREFIX = "system:"  # Weave's own actors in audit: system:admin, system:scanner
+MAX_PERMITS = 1_000_000  # far above any worker fleet; catches a slipped finger, fits INT UNSIGNED
+MAX_SIGNALS_PER_MINUTE = 2**32 - 1  # applications.signals_per_minute is INT UNSIGNED
+MAX_EXPIRES_IN_SECONDS = 10 * 365 * 86_400  # ten years; expires_at stays far inside DATETIME
+MAX_ID = 2**64 - 1  # BIGINT UNSIGNED keys
+MAX_IDLE_SECONDS = 3600
+SHOWN_CHARS = 40
+
+
+def _shown(text: str) -> str:
+    """An argument as a message quotes it: escaped (no control character reaches the terminal), short."""
+    if len(text) <= SHOWN_CHARS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARS]!r}... ({len(text)} characters)"
+
+
 def _name(text: str) -> str:
-    if not NAME.match(text):
-        raise argparse.ArgumentTypeError(f"{text!r}: use 1-64 of A-Z a-z 0-9 _ . -")
+    if not NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: use 1-64 of A-Z a-z 0-9 _ . -")
     return text
 
 
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive integer")
-    return int(text)
+def _integer(low: int, high: int, unit: str = ""):
+    """An argparse type: a whole number written in ASCII digits, from `low` to `high`."""
+
+    def parse(text: str) -> int:
+        if not (DIGITS.fullmatch(text) and len(text) <= len(str(high)) and low <= int(text) <= high):
+            raise argparse.ArgumentTypeError(f"{_shown(text)}: must be a whole number from {low} to {high}{unit}")
+        return int(text)
+
+    return parse
 
 
-def _non_negative(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r}: must be an integer >= 0")
-    return int(text)
+_positive = _integer(1, 2**31 - 1)  # serve's counts and sizes: their real limits are the machine's
+_non_negative = _integer(0, 2**31 - 1)
+_port = _integer(0, 65535)  # 0: the system picks a free port
+_credential_id = _integer(1, MAX_ID)
+_permits = _integer(1, MAX_PERMITS)
+_signals_per_minute = _integer(0, MAX_SIGNALS_PER_MINUTE)
+_expires_in = _integer(1, MAX_EXPIRES_IN_SECONDS, " seconds (ten years)")
 
 
-def _database_url(args) -> DatabaseUrl:
-    url = args.database_url or os.environ.get("WEAVE_DATABASE_URL")
-    if not url:
-        raise SystemExit("weave: set WEAVE_DATABASE_URL=mysql://user:pass@host:port/db or pass --database-url")
-    return DatabaseUrl.parse(url)
+def _idle_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_IDLE_SECONDS:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: must be a number of seconds from 0 to {MAX_IDLE_SECONDS}")
+    return seconds
+
+
+def _actor(text: str) -> str:
+    """The name audit records for every call made with the credential: one printable line."""
+    if not 1 <= len(text) <= ACTOR_MAX_CHARS:
+        problem = f"must be 1 to {ACTOR_MAX_CHARS} characters (got {len(text)})"
+    elif not text.isprintable():  # control (newline, ESC), format (bidi overrides) and separator characters
+        problem = "must be printable: no control, format or line-separator characters"
+    elif text != text.strip():
+        problem = "must not start or end with a space"
+    elif text.startswith(RESERVED_ACTOR_PREFIX):
+        problem = f"{RESERVED_ACTOR_PREFIX!r} is reserved for Weave's own actors in audit"
+    else:
+        return text
+    raise argparse.ArgumentTypeError(f"{_shown(text)}: {problem}")
+
+
+def _database_url(text: str) -> DatabaseUrl:
+    try:
+        url = DatabaseUrl.parse(text)
+    except ValueError as exc:  # its messages never repeat the URL, which may hold a password
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not DATABASE_NAME.fullmatch(url.database):
+        raise argparse.ArgumentTypeError(f"database name {_shown(url.database)}: use 1-64 of A-Z a-z 0-9 _ -")
+    return url
+
+
+def _resolve_database_url(parser: argparse.ArgumentParser, args) -> None:
+    """Fill in `args.database_url` from WEAVE_DATABASE_URL (checked like the flag) when the flag is
+    absent; only `dev` may go without, and starts its own server then."""
+    if "database_url" not in vars(args) or args.database_url is not None:
+        return
+    text = os.environ.get("WEAVE_DATABASE_URL")
+    if text:
+        try:
+            args.database_url = _database_url(text)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"WEAVE_DATABASE_URL: {exc}")
+    elif args.command != "dev":
+        parser.error("set WEAVE_DATABASE_URL=mysql://user:pass@host:port/db or pass --database-url")
 
 
 def _print(args, result: dict, text: str) -> None:
@@ -123,7 +199,7 @@ def _print(args, result: dict, text: str) -> None:
 
 
 def cmd_migrate(args) -> int:
-    url = _database_url(args)
+    url = args.database_url
     migrate.shipped()  # a broken installation creates no database
     migrate.ensure_database(url)
     applied = migrate.apply(url)
@@ -145,7 +221,7 @@ def _server_config(args, url: DatabaseUrl) -> Config:
 
 
 def cmd_serve(args) -> int:
-    server.serve(_server_config(args, _database_url(args)), args.host, args.port, args.processes)
+    server.serve(_server_config(args, args.database_url), args.host, args.port, args.processes)
     return 0
 
 
@@ -163,7 +239,7 @@ def _stop_on_signals() -> threading.Event:
 
 
 def cmd_scan(args) -> int:
-    scanner = Scanner(Database(_database_url(args)), idle_seconds=args.idle_seconds)
+    scanner = Scanner(Database(args.database_url), idle_seconds=args.idle_seconds)
     if args.once:
         print(scanner.run_once().line())
         return 0
@@ -173,11 +249,9 @@ def cmd_scan(args) -> int:
 
 def cmd_dev(args) -> int:
     _exit_on_sigterm()
-    explicit = args.database_url or os.environ.get("WEAVE_DATABASE_URL")
+    url = args.database_url
     database_server = None
-    if explicit:
-        url = DatabaseUrl.parse(explicit)
-    else:
+    if url is None:
         from weave.devdb import PrivateServer
 
         database_server = PrivateServer(DEV_DIR / "mariadb").start()
@@ -264,21 +338,19 @@ def _dev_tenant(database: Database) -> tuple[str, str]:
 
 
 def cmd_namespace_create(args) -> int:
-    result = tenancy.create_namespace(Database(_database_url(args)), args.namespace)
+    result = tenancy.create_namespace(Database(args.database_url), args.namespace)
     _print(args, result, f"created namespace {args.namespace}")
     return 0
 
 
 def cmd_queue_create(args) -> int:
-    result = tenancy.create_queue(Database(_database_url(args)), args.namespace, args.queue, args.permits)
+    result = tenancy.create_queue(Database(args.database_url), args.namespace, args.queue, args.permits)
     _print(args, result, f"created queue {args.queue} in {args.namespace} with {args.permits} permit(s)")
     return 0
 
 
 def cmd_app_create(args) -> int:
-    result = tenancy.create_application(
-        Database(_database_url(args)), args.namespace, args.app, args.signals_per_minute
-    )
+    result = tenancy.create_application(Database(args.database_url), args.namespace, args.app, args.signals_per_minute)
     quota = f"{args.signals_per_minute} signal(s)/minute" if args.signals_per_minute is not None else "no quota"
     _print(args, result, f"created application {args.app} in {args.namespace} ({quota})")
     return 0
@@ -286,7 +358,7 @@ def cmd_app_create(args) -> int:
 
 def cmd_app_status(args) -> int:
     status = "DISABLED" if args.action == "disable" else "ACTIVE"
-    result = tenancy.set_application_status(Database(_database_url(args)), args.namespace, args.app, status)
+    result = tenancy.set_application_status(Database(args.database_url), args.namespace, args.app, status)
     _print(args, result, f"application {args.app} in {args.namespace} is {status}")
     return 0
 
@@ -294,7 +366,7 @@ def cmd_app_status(args) -> int:
 def cmd_credential_create(args) -> int:
     token = auth.new_token()
     created = tenancy.create_credential(
-        Database(_database_url(args)),
+        Database(args.database_url),
         args.namespace,
         args.app,
         args.actor,
@@ -309,7 +381,7 @@ def cmd_credential_create(args) -> int:
 
 
 def cmd_credential_revoke(args) -> int:
-    result = tenancy.revoke_credential(Database(_database_url(args)), args.namespace, args.credential_id)
+    result = tenancy.revoke_credential(Database(args.database_url), args.namespace, args.credential_id)
     _print(args, result, f"revoked credential {args.credential_id}")
     return 0
 
@@ -319,7 +391,9 @@ def cmd_credential_revoke(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--database-url", help="mysql://user:pass@host:port/db (default: $WEAVE_DATABASE_URL)")
+    common.add_argument(
+        "--database-url", type=_database_url, help="mysql://user:pass@host:port/db (default: $WEAVE_DATABASE_URL)"
+    )
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -331,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("scan", parents=[common], help="run the scanner loop (inbox, checkpoints, leases)")
     p.add_argument("--once", action="store_true", help="process one batch, print its report and exit")
-    p.add_argument("--idle-seconds", type=float, default=IDLE_SECONDS, help="sleep between batches when idle")
+    p.add_argument("--idle-seconds", type=_idle_seconds, default=IDLE_SECONDS, help="sleep between batches when idle")
     p.set_defaults(run=cmd_scan)
 
     for name, help_text, run in (
@@ -340,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = commands.add_parser(name, parents=[common], help=help_text)
         p.add_argument("--host", default=DEFAULT_HOST)
-        p.add_argument("--port", type=int, default=DEFAULT_PORT)
+        p.add_argument("--port", type=_port, default=DEFAULT_PORT)
         p.add_argument("--threads", type=_positive, default=DEFAULT_THREADS)
         p.add_argument(
             "--max-body-bytes",
@@ -385,14 +459,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = queue.add_parser("create", parents=leaf)
     p.add_argument("namespace", type=_name)
     p.add_argument("queue", type=_name)
-    p.add_argument("--permits", type=_positive, required=True, help="max concurrently running tasks")
+    p.add_argument("--permits", type=_permits, required=True, help="max concurrently running tasks")
     p.set_defaults(run=cmd_queue_create)
 
     app = objects.add_parser("app").add_subparsers(dest="action", required=True)
     p = app.add_parser("create", parents=leaf)
     p.add_argument("namespace", type=_name)
     p.add_argument("app", type=_name)
-    p.add_argument("--signals-per-minute", type=_non_negative, default=None, help="signal quota (none when absent)")
+    p.add_argument(
+        "--signals-per-minute", type=_signals_per_minute, default=None, help="signal quota (none when absent)"
+    )
     p.set_defaults(run=cmd_app_create)
     for action in ("disable", "enable"):
         p = app.add_parser(action, parents=leaf)
@@ -404,14 +480,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = cred.add_parser("create", parents=leaf)
     p.add_argument("namespace", type=_name)
     p.add_argument("app", type=_name)
-    p.add_argument("--actor", required=True, help="name recorded in audit for this credential")
+    p.add_argument("--actor", type=_actor, required=True, help="name recorded in audit for this credential")
     p.add_argument("--scope", action="append", required=True, choices=sorted(auth.SCOPES))
     p.add_argument("--queue", action="append", type=_name, help="queue grant (repeatable)")
-    p.add_argument("--expires-in", type=_positive, default=None, metavar="SECONDS")
+    p.add_argument("--expires-in", type=_expires_in, default=None, metavar="SECONDS")
     p.set_defaults(run=cmd_credential_create)
     p = cred.add_parser("revoke", parents=leaf)
     p.add_argument("namespace", type=_name)
-    p.add_argument("credential_id", type=_positive)
+    p.add_argument("credential_id", type=_credential_id)
     p.set_defaults(run=cmd_credential_revoke)
 
     cli_client.add_commands(commands)
@@ -420,7 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     logs.install()  # one escaped line per record: logged values may come from clients
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _resolve_database_url(parser, args)
     try:
         return args.run(args)
     except WeaveError as exc:

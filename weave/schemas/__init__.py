@@ -48,7 +48,8 @@ def _message(error) -> str:
 
 
 def errors_of(validator: Draft202012Validator, value: Any, prefix: str = "") -> list[dict]:
-    found = sorted(validator.iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    with linear.remembered_identities():
+        found = sorted(validator.iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     return [{"pointer": prefix + pointer(e.absolute_path), "message": _message(e)} for e in found]
 
 

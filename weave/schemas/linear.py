@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import functools
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Iterator
 
 import jsonschema._keywords
@@ -69,15 +71,43 @@ def install() -> None:
 
 _TRUE, _FALSE = object(), object()  # equal only to themselves: JSON's true is not 1, false is not 0
 
+# A schema can apply uniqueItems at every level of nested arrays (`items` pointing back through a
+# `$ref`), and jsonschema checks an array before its items: without memory, every level would form
+# its whole subtree's identity again, quadratic in the depth (docs/performance.md). So each array's
+# and object's identity is formed once per validation and kept by `id()`: the payload outlives the
+# validation, so no id is reused while `remembered_identities()` holds the memory.
+_known: ContextVar[dict[int, Any] | None] = ContextVar("weave_known_identities", default=None)
+
+
+@contextmanager
+def remembered_identities() -> Iterator[None]:
+    """Around one validation (`weave.schemas.errors_of`): identities formed inside are reused."""
+    token = _known.set({})
+    try:
+        yield
+    finally:
+        _known.reset(token)
+
 
 def identity(value: Any) -> Any:
     """A hashable form of a JSON value under JSON Schema's equality. Python's own equality already
     is JSON Schema's for strings, numbers (`1 == Decimal("1.0")`, with equal hashes) and null; only
     booleans (`True == 1` in Python), arrays and objects need a form of their own."""
-    if isinstance(value, dict):
-        return frozenset((key, identity(item)) for key, item in value.items())  # member order does not count
+    return _identity(value, {})
+
+
+def _identity(value: Any, known: dict[int, Any]) -> Any:
+    """`identity`, reusing and keeping in `known` the forms of arrays and objects by `id()`."""
     if isinstance(value, list):
-        return tuple(map(identity, value))
+        found = known.get(id(value))
+        if found is None:
+            found = known[id(value)] = tuple([_identity(item, known) for item in value])
+        return found
+    if isinstance(value, dict):
+        found = known.get(id(value))
+        if found is None:  # member order does not count
+            found = known[id(value)] = frozenset([(key, _identity(item, known)) for key, item in value.items()])
+        return found
     if value is True:
         return _TRUE
     if value is False:
@@ -88,9 +118,12 @@ def identity(value: Any) -> Any:
 def unique_items(validator, unique: bool, instance: Any, schema: dict) -> Iterator[ValidationError]:
     if not unique or not validator.is_type(instance, "array"):
         return
+    known = _known.get()
+    if known is None:  # validated outside `errors_of`: remember for this array only
+        known = {}
     seen = set()
     for index, item in enumerate(instance):
-        key = identity(item)
+        key = _identity(item, known)
         if key in seen:
             yield ValidationError(f"item {index} repeats an earlier item; the items must be unique")
             return
