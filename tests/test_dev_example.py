@@ -79,9 +79,13 @@ class Dev:
         """A shell of the README's second terminal: the exports pasted in."""
         return {**os.environ, **self.exports}
 
+    def run(self, *argv: str) -> subprocess.CompletedProcess:
+        """Run a `weave …` command as a person does."""
+        return subprocess.run([*WEAVE, *argv], env=self.env, capture_output=True, text=True, timeout=60)
+
     def weave(self, *argv: str) -> str:
-        """Run a `weave …` command as a person does; it must succeed and say nothing on stderr."""
-        done = subprocess.run([*WEAVE, *argv], env=self.env, capture_output=True, text=True, timeout=60)
+        """Run a `weave …` command; it must succeed and say nothing on stderr. What it printed."""
+        done = self.run(*argv)
         assert (done.returncode, done.stderr) == (0, ""), (argv, done.stderr)
         return done.stdout
 
@@ -99,10 +103,10 @@ class Dev:
 
         return eventually(check)
 
-    def worker_process(self, *args: str) -> subprocess.Popen:
-        """scripts/example_worker.py as the README runs it: the token and URL from the exports."""
-        command = [sys.executable, str(ROOT / "scripts" / "example_worker.py"), *args]
-        return subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE, text=True)
+    def worker_process(self, *argv: str) -> subprocess.Popen:
+        """`python scripts/example_worker.py …` in the checkout: the token and URL from the exports."""
+        assert argv[0] == "scripts/example_worker.py"
+        return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=self.env, stdout=subprocess.PIPE, text=True)
 
 
 @pytest.fixture
@@ -143,36 +147,60 @@ def dev(dev_database, tmp_path):
     assert process.returncode is not None
 
 
-def send_signal(dev: Dev, workflow_id: str, *argv: str) -> tuple[str, str]:
-    """`weave signal send …` as the README writes it: (the signal id, what the command printed)."""
-    printed = dev.weave("signal", "send", workflow_id, *argv)
+def readme_commands() -> list[list[str]]:
+    """The command lines of the README's `sh` blocks, split as a shell splits them (continued lines
+    joined, comments and a trailing `&` dropped; a line whose quote closes on a later line is skipped)."""
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            try:
+                words = shlex.split(line, comments=True)
+            except ValueError:
+                continue
+            if words[-1:] == ["&"]:
+                words.pop()
+            if words:
+                commands.append(words)
+    return commands
+
+
+def readme(*prefix: str) -> list[str]:
+    """The README's one command line that starts with these words, without its first (`weave`, `python`)."""
+    found = [words for words in readme_commands() if words[: len(prefix)] == list(prefix)]
+    assert len(found) == 1, (prefix, found)
+    return found[0][1:]
+
+
+def renamed(argv: list[str], names: dict[str, str]) -> list[str]:
+    """The same command about another workflow: each old name replaced by the new one in every word."""
+    for old, new in names.items():
+        argv = [word.replace(old, new) for word in argv]
+    return argv
+
+
+def send_signal(dev: Dev, argv: list[str]) -> tuple[str, str]:
+    """`weave signal send …`: (the signal id, what the command printed)."""
+    assert argv[:2] == ["signal", "send"]
+    printed = dev.weave(*argv)
     return re.match(r"signal (\S+): ", printed).group(1), printed
 
 
-PAYMENT = (
-    "--step", "payment", "--name", "payment.settled", "--payload-version", "v1", "--correlation-key", "o-1",
-    "--payload", '{"amount": 129.90}', "--idempotency-key", "psp-evt-1", "--reason", "PSP webhook: payment settled",
-)  # fmt: skip
-
-
 def test_task_signal_task_example_runs_end_to_end_with_weave_dev_and_the_example_worker(dev):
-    # The start command weave dev printed; run again, it finds the same workflow.
-    assert dev.start == [
-        "workflow", "start", "order", "--version", "1", "--id", "order-1",
-        "--input", '{"order_id": "o-1"}', "--deadline-seconds", "3600",
-    ]  # fmt: skip
+    # The start command weave dev printed is the README's; run again, it finds the same workflow.
+    assert dev.start == readme("weave", "workflow", "start", "order", "--version", "1", "--id", "order-1")
     assert dev.weave(*dev.start) == "workflow order-1: RUNNING, gate OPEN\n"
     assert dev.weave(*dev.start) == "workflow order-1: RUNNING, gate OPEN\n"
     started = dev.client.get_workflow("order-1")
     assert (started.definition, started.version, started.input) == ("order", 1, {"order_id": "o-1"})
     assert [w.workflow_id for w in dev.client.list_workflows()] == ["order-1"]
 
-    worker = dev.worker_process("--tasks", "2")
+    worker = dev.worker_process(*readme("python", "scripts/example_worker.py", "--tasks", "2"))
     waiting = dev.wait_until(
         "order-1", lambda wf: wf.step("payment").wait and wf.step("payment").wait.status == "WAITING"
     )
     assert waiting.step("reserve").result == {"reservation_id": "res-order-1"}
-    signal_id, printed = send_signal(dev, "order-1", *PAYMENT)
+    payment = readme("weave", "signal", "send", "order-1")
+    signal_id, printed = send_signal(dev, payment)
     assert re.fullmatch(rf"signal {signal_id}: PENDING, accepted \S+ \S+, idempotency key psp-evt-1\n", printed)
 
     dev.wait_until("order-1", lambda wf: wf.status == "SUCCEEDED")
@@ -191,8 +219,17 @@ def test_task_signal_task_example_runs_end_to_end_with_weave_dev_and_the_example
     assert kinds[0] == "WORKFLOW_STARTED" and kinds[-1] == "WORKFLOW_SUCCEEDED" and "SIGNAL_CONSUMED" in kinds
 
     # The PSP retries its webhook: the same idempotency key answers the first receipt; one signal.
-    assert send_signal(dev, "order-1", *PAYMENT) == (signal_id, printed[:-1] + ", a replay of the first send\n")
+    assert send_signal(dev, payment) == (signal_id, printed[:-1] + ", a replay of the first send\n")
     assert [s.signal_id for s in dev.client.list_signals("order-1")] == [signal_id]
+
+    # The README's error: code, detail and pointer on stderr, exit 1, nothing started.
+    refused = dev.run(*readme("weave", "workflow", "start", "order", "--version", "1", "--input"))
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr.splitlines() == [
+        "weave: VALIDATION_FAILED: /deadline_seconds: 0 is less than the minimum of 1",
+        "  /deadline_seconds: 0 is less than the minimum of 1",
+    ]
+    assert [w.workflow_id for w in dev.client.list_workflows()] == ["order-1"]
 
     output, _ = worker.communicate(timeout=30)
     assert worker.returncode == 0
@@ -205,24 +242,14 @@ def test_task_signal_task_example_runs_end_to_end_with_weave_dev_and_the_example
 # ---- POLL: carrier tracking (README "A second walk-through: POLL") ------------------------------------------
 
 
-def start_shipment(dev: Dev, workflow_id: str, tracking_number: str) -> None:
-    started = dev.weave(
-        "workflow", "start", "shipment", "--version", "1", "--id", workflow_id,
-        "--input", json.dumps({"tracking_number": tracking_number}), "--deadline-seconds", "3600",
-    )  # fmt: skip
-    assert started == f"workflow {workflow_id}: RUNNING, gate OPEN\n"
-    assert dev.client.get_workflow(workflow_id).steps[0].type == "POLL"
+def start_shipment(dev: Dev, argv: list[str]) -> None:
+    workflow_id = argv[argv.index("--id") + 1]
+    assert dev.weave(*argv) == f"workflow {workflow_id}: RUNNING, gate OPEN\n"
+    started = dev.client.get_workflow(workflow_id)
+    assert (started.definition, started.steps[0].type) == ("shipment", "POLL")
 
 
-def carrier_webhook(dev: Dev, workflow_id: str, tracking_number: str, key: str) -> tuple[str, str]:
-    """The README's `weave signal send`: the carrier's final answer, with an idempotency key."""
-    return send_signal(
-        dev, workflow_id,
-        "--step", "track", "--name", "shipment.final", "--payload-version", "v1",
-        "--correlation-key", tracking_number,
-        "--payload", '{"state": "FINAL", "result": {"status": "delivered", "signed_by": "R. Doe"}}',
-        "--idempotency-key", key, "--reason", "carrier webhook: delivered",
-    )  # fmt: skip
+SHIPMENT_3 = {"shipment-2": "shipment-3", "TRK-2": "TRK-3", "carrier-evt-2": "carrier-evt-3"}
 
 
 def settled(dev: Dev, workflow_id: str) -> dict:
@@ -247,8 +274,8 @@ def test_poll_example_pending_twice_then_final_and_a_run_where_the_carriers_webh
     from weave.cli import DEV_POLL_INTERVAL
 
     # Run 1: nobody sends a webhook. The worker answers rounds 1 and 2 PENDING and round 3 FINAL.
-    start_shipment(dev, "shipment-1", "TRK-1")
-    worker = dev.worker_process("--tasks", "3")
+    start_shipment(dev, readme("weave", "workflow", "start", "shipment", "--version", "1", "--id", "shipment-1"))
+    worker = dev.worker_process(*readme("python", "scripts/example_worker.py", "--tasks", "3"))
     shown = settled(dev, "shipment-1")
     output, _ = worker.communicate(timeout=30)
     assert worker.returncode == 0
@@ -274,13 +301,16 @@ def test_poll_example_pending_twice_then_final_and_a_run_where_the_carriers_webh
     # signal accepted before it, wins by C2.1.
     assert decided(events) == [("QUERY_WINS", "C2.1")]
 
-    # Run 2: the carrier is slow (the worker takes 20 s per answer, heartbeating each second), and
+    # Run 2: the carrier is slow (the worker takes 30 s per answer, heartbeating each second), and
     # its webhook comes while round 1 runs. That timing is certain: the round is RUNNING when the
-    # signal is accepted and the worker cannot report before 20 s unless it is asked to stop.
-    start_shipment(dev, "shipment-2", "TRK-2")
-    worker = dev.worker_process("--tasks", "1", "--query-seconds", "20")
+    # signal is accepted and the worker cannot report before 30 s unless it is asked to stop.
+    shipment_2 = readme("weave", "workflow", "start", "shipment", "--version", "1", "--id", "shipment-2")
+    start_shipment(dev, shipment_2)
+    worker = dev.worker_process(*readme("python", "scripts/example_worker.py", "--tasks", "1", "--query-seconds"))
+    assert worker.args[-2:] == ["--query-seconds", "30"]
     dev.wait_until("shipment-2", lambda wf: wf.steps[0].task and wf.steps[0].task.status == "RUNNING")
-    signal_id, printed = carrier_webhook(dev, "shipment-2", "TRK-2", "carrier-evt-2")
+    webhook = readme("weave", "signal", "send", "shipment-2")
+    signal_id, printed = send_signal(dev, webhook)
     assert re.fullmatch(rf"signal {signal_id}: PENDING, accepted \S+ \S+, idempotency key carrier-evt-2\n", printed)
     shown = settled(dev, "shipment-2")
     output, _ = worker.communicate(timeout=30)
@@ -304,7 +334,7 @@ def test_poll_example_pending_twice_then_final_and_a_run_where_the_carriers_webh
     assert [r["round"] for r in of_type(events, "QUERY_ROUND_STARTED")] == [1]
     assert [r["outcome"] for r in of_type(events, "QUERY_RESULT_RECORDED")] == ["CANCELLED"]
     # The carrier retries its webhook: the same idempotency key answers the first receipt.
-    again = carrier_webhook(dev, "shipment-2", "TRK-2", "carrier-evt-2")
+    again = send_signal(dev, webhook)
     assert again == (signal_id, printed[:-1] + ", a replay of the first send\n")
     assert [s.signal_id for s in dev.client.list_signals("shipment-2")] == [signal_id]
     queue = Client(dev.base, dev.exports["WEAVE_WORKER_TOKEN"], "demo", timeout=10)
@@ -312,14 +342,14 @@ def test_poll_example_pending_twice_then_final_and_a_run_where_the_carriers_webh
 
     # The README's "slower than 30 s" case: round 1 answered PENDING, the worker stopped (--tasks 1),
     # and the webhook comes while round 2 waits unclaimed in the queue: C2.3, round 2 is cancelled.
-    start_shipment(dev, "shipment-3", "TRK-3")
-    worker = dev.worker_process("--tasks", "1")
+    start_shipment(dev, renamed(shipment_2, SHIPMENT_3))
+    worker = dev.worker_process("scripts/example_worker.py", "--tasks", "1")
     output, _ = worker.communicate(timeout=30)
     assert (worker.returncode, output.splitlines()) == (0, ['shipment-3 track -> {"state":"PENDING"}'])
     eventually(
         lambda: [e.data["round"] for e in dev.client.events("shipment-3") if e.type == "QUERY_ROUND_STARTED"] == [1, 2]
     )
-    signal_id, printed = carrier_webhook(dev, "shipment-3", "TRK-3", "carrier-evt-3")
+    signal_id, printed = send_signal(dev, renamed(webhook, SHIPMENT_3))
     assert printed.startswith(f"signal {signal_id}: PENDING, ")
     track = settled(dev, "shipment-3")["workflow"]["steps"][0]
     assert track["result"] == {"status": "delivered", "signed_by": "R. Doe"}
