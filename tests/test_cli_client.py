@@ -58,6 +58,26 @@ def test_signal_send_sends_a_payload_file_exactly_and_a_repeat_is_a_replay(order
     assert receipt["idempotency_key"].startswith("sdk-")
 
 
+def test_workflow_start_with_an_input_file_and_a_repeat_finds_the_same_workflow(ops, capsys, tmp_path):
+    ops.publish_definition(signal_flow_definition())
+    given = tmp_path / "input.json"
+    given.write_text('{"order_id":"o-1","total":129.90}')
+    start = ("workflow", "start", "flow", "--version", "1", "--deadline-seconds", "3600")
+    argv = (*start, "--input", f"@{given}", "--id", "order-1")
+    assert run(capsys, *argv) == (0, "workflow order-1: RUNNING, gate OPEN\n", "")
+    assert dumps(ops.get_workflow("order-1").input) == '{"order_id":"o-1","total":129.90}'
+    assert run(capsys, *argv) == (0, "workflow order-1: RUNNING, gate OPEN\n", "")
+    code, out, _ = run(capsys, *start, "--input", '{"order_id": "o-2"}', "--json")
+    started = loads(out)
+    assert code == 0 and started["workflow_id"].startswith("wf_") and started["input"] == {"order_id": "o-2"}
+    assert sorted(w.workflow_id for w in ops.list_workflows()) == sorted(["order-1", started["workflow_id"]])
+    code, out, err = run(capsys, *start, "--input", '{"order_id": "o-3"}', "--id", "order-1")
+    assert (code, out) == (1, "") and err.startswith("weave: WORKFLOW_EXISTS: ")
+    code, out, err = run(capsys, *start, "--deadline-seconds", "0", "--input", "{}", "--id", "order-9")
+    assert (code, out) == (1, "") and err.startswith("weave: VALIDATION_FAILED: ")
+    assert err.splitlines()[1].startswith("  /deadline_seconds: ")
+
+
 def test_workflow_show_lists_steps_waits_tasks_and_signals_with_dispositions(order, flow, capsys):
     for key, correlation in (("k1", "o-2"), ("k2", "o-1")):
         run(capsys, "signal", "send", "order-1", *SEND, "--correlation-key", correlation, "--payload", '{"amount":5}')

@@ -262,15 +262,13 @@ def cmd_dev(args) -> int:
         database = Database(url)
         client_token, worker_token = _dev_tenant(database)
         base = f"http://{args.host}:{args.port}"
-        start = json.dumps(
-            {
-                "definition": "order",
-                "version": 1,
-                "workflow_id": "order-1",
-                "input": {"order_id": "o-1"},
-                "deadline_seconds": 3600,
-            }
-        )
+        exports = {
+            "WEAVE_URL": base,
+            "WEAVE_NAMESPACE": DEV_NAMESPACE,
+            "WEAVE_TOKEN": client_token,
+            "WEAVE_WORKER_TOKEN": worker_token,
+        }
+        start = json.dumps({"order_id": "o-1"})
         print(f"Weave dev: {base}  (database {url.yoyo_url()})")
         print(
             f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definitions order v1 (reserve -> payment -> ship) "
@@ -278,10 +276,12 @@ def cmd_dev(args) -> int:
         )
         print(f"client token (all workflow scopes): {client_token}")
         print(f"worker token (tasks:work on {DEV_QUEUE}):   {worker_token}")
-        print("start a workflow:")
         print(
-            f"  curl -s -X POST {base}/v1/namespaces/{DEV_NAMESPACE}/workflows "
-            f"-H 'Authorization: Bearer {client_token}' -H 'Content-Type: application/json' -d {shlex.quote(start)}"
+            "in another terminal (`weave workflow ...`, `weave signal ...`, scripts/example_worker.py; see the README):"
+        )
+        print("  export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in exports.items()))
+        print(
+            f"  weave workflow start order --version 1 --id order-1 --input {shlex.quote(start)} --deadline-seconds 3600"
         )
         sys.stdout.flush()
         stop = threading.Event()

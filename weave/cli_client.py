@@ -2,6 +2,7 @@
 
 These commands talk to a running Weave over HTTP with a token, never to the database:
 
+    weave workflow start DEFINITION --version N --input JSON --deadline-seconds S [--id WORKFLOW_ID]
     weave workflow list [--status S] [--definition NAME]
     weave workflow show ID                  steps, waits, tasks, results and signals, as tables
     weave workflow events ID
@@ -157,6 +158,13 @@ def _signal_rows(signals: list[sdk.Signal]) -> str:
 # ---- commands -------------------------------------------------------------------------------------
 
 
+def workflow_start(client: sdk.Client, args) -> None:
+    workflow = client.start_workflow(
+        args.definition, args.version, args.input, args.deadline_seconds, workflow_id=args.workflow_id
+    )
+    _print_workflow(workflow, args)
+
+
 def workflow_list(client: sdk.Client, args) -> None:
     workflows = list(client.list_workflows(status=args.status, definition=args.definition))
     if args.json:
@@ -295,6 +303,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     workflow = commands.add_parser("workflow", help="list, show and control workflows through the API")
     actions = workflow.add_subparsers(dest="action", required=True)
+    p = actions.add_parser(
+        "start", parents=[remote], help="start a workflow (with --id, the same command again finds it)"
+    )
+    p.add_argument("definition")
+    p.add_argument("--version", type=int, required=True, help="the definition version to pin")
+    p.add_argument("--input", type=json_argument, required=True, help="the workflow's input, JSON or @file.json")
+    p.add_argument("--deadline-seconds", type=int, required=True, help="the whole workflow's deadline")
+    p.add_argument("--id", dest="workflow_id", help="the workflow id (default: a new one; repeating with it is safe)")
+    p.set_defaults(run=_command(workflow_start))
     p = actions.add_parser("list", parents=[remote], help="the namespace's workflows")
     p.add_argument("--status", choices=WORKFLOW_STATUSES)
     p.add_argument("--definition", help="only workflows of this definition")
