@@ -370,6 +370,7 @@ def test_c2_7_the_deadline_with_a_query_in_flight_closes_the_gate_and_keeps_the_
         "QUERY_DEADLINE_EXCEEDED",
     )
     assert track(wf)["task"]["status"] == "RUNNING" and permits_in_use(wf) == 1
+    assert wf.heartbeat(task).json["cancel_requested"] is True  # asked to stop, never sent round again
     assert track(wf)["wait"]["status"] == "EXPIRED"
     late = send_final(wf)
     assert (late["status"], late["disposition"]) == ("REJECTED", "LATE")

@@ -136,9 +136,9 @@ def test_c2_6_the_same_final_is_decided_by_json_equality_given_by_the_engine():
 # ---- C2.7: the deadline --------------------------------------------------------------------------------
 
 
-def test_c2_7_the_deadline_passes_with_a_query_in_flight_review_and_keep_the_task():
+def test_c2_7_the_deadline_passes_with_a_query_in_flight_review_and_ask_the_kept_task_to_stop():
     decision = decide(running(), now=600)
-    assert decision == Decision(poll.REVIEW, "C2.7", reason=poll.QUERY_DEADLINE_EXCEEDED, cancel_round=False)
+    assert decision == Decision(poll.REVIEW, "C2.7", reason=poll.QUERY_DEADLINE_EXCEEDED, cancel_round=True)
 
 
 def test_c2_7_the_deadline_passes_with_the_next_round_not_started_review_and_cancel_it():

@@ -19,7 +19,7 @@ instance lock). The C2 table in terms of those facts:
 | the signal saved, then the round reports PENDING, the same FINAL, a known failure or a cancellation | C2.5 settle with the signal |
 | the signal saved, then the round's effect is unknown, its report invalid or another FINAL | C2.6 review, both facts kept |
 | a signal, the round settled before it without a final answer (PENDING)        | C2.2 the signal wins  |
-| the deadline passes with the round running and no winner                      | C2.7 review, the task is kept |
+| the deadline passes with the round running and no winner                      | C2.7 review, the task is kept (asked to stop) |
 """
 
 from __future__ import annotations
@@ -131,8 +131,10 @@ def decide(facts: PollFacts) -> Decision:
         return Decision(NEXT_ROUND, "C1", available_at=available_at)
     if current.status in OPEN:
         if facts.now >= facts.deadline_at:
-            # C2.7: a running round is kept until Pulse reports; one not started never will be.
-            return Decision(REVIEW, "C2.7", reason=QUERY_DEADLINE_EXCEEDED, cancel_round=current.status == QUEUED)
+            # C2.7: the gate closes. A round not started never will be; a running one is asked to
+            # stop (P5) but keeps its task, lease and permit until Pulse reports, so an expired
+            # lease cannot send it round again for a step that is in review.
+            return Decision(REVIEW, "C2.7", reason=QUERY_DEADLINE_EXCEEDED, cancel_round=True)
         return Decision(WAIT, "C1")
     if current.status == SUCCEEDED and current.report == FINAL:
         return Decision(REVIEW, "C2.7", reason=QUERY_DEADLINE_EXCEEDED)  # reported at or after the deadline
