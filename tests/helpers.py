@@ -276,15 +276,7 @@ def insert_instances(database: Database, namespace: str, definition: str, versio
 
 # ---- the SDK --------------------------------------------------------------------------------------
 
-OPERATOR_SCOPES = (
-    "definitions:write",
-    "definitions:read",
-    "workflows:start",
-    "workflows:read",
-    "workflows:signal",
-    "workflows:control",
-    "workflows:review",
-)
+OPERATOR_SCOPES = tuple(sorted(auth.SCOPES - {"tasks:work"}))
 
 
 def sdk_client(url: str, tenant: Tenant, *scopes: str, actor: str = "ops", **kwargs):

@@ -63,20 +63,24 @@ def test_r2_retry_step_starts_a_new_generation_and_only_its_signals_count(expire
     assert expired.workflow("order-1")["status"] == "SUCCEEDED"
 
 
-def test_r2_retry_step_rejects_the_old_generations_pending_signals_as_stale(flow, reviewer, database):
+@pytest.fixture
+def tampered(flow, database):
+    """order-1 in review with its payment signal still PENDING: the proof check refused the
+    tampered winner (S1.12). Returns the signal's id."""
     flow.publish(signal_flow_definition(timeout=600))
     flow.start("order-1", input={"order_id": "o-1"})
     flow.scan()
     flow.finish_task({"reservation_id": "r-1"})
-    early = flow.send("order-1", "k1", payment())
-    # The proof check keeps the tampered winner PENDING and sends the step to review (S1.12).
-    database.run(
-        lambda tx: tx.execute("UPDATE signals SET reason = 'edited' WHERE id = %s", (early.json["signal_id"],))
-    )
+    signal_id = flow.send("order-1", "k1", payment()).json["signal_id"]
+    database.run(lambda tx: tx.execute("UPDATE signals SET reason = 'edited' WHERE id = %s", (signal_id,)))
     flow.scan()
     assert flow.workflow("order-1")["review_reason"] == "ACCEPTANCE_PROOF_MISMATCH"
+    return signal_id
+
+
+def test_r2_retry_step_rejects_the_old_generations_pending_signals_as_stale(flow, reviewer, tampered):
     assert review(flow, reviewer, action="retry_step", step_key="payment").status_code == 200
-    assert flow.signal("order-1", early.json["signal_id"]).json["disposition"] == "STALE_ACTIVATION"
+    assert flow.signal("order-1", tampered).json["disposition"] == "STALE_ACTIVATION"
 
 
 def test_r2_r3_a_retried_poll_step_keeps_polling_and_a_final_signal_of_the_new_generation_wins(flow, reviewer):
@@ -184,18 +188,9 @@ def test_r2_fail_ends_the_instance_and_what_hangs_off_it(flow, reviewer, clock):
     assert flow.heartbeat(task).json["cancel_requested"] is True  # the running task is asked to stop (P5)
 
 
-def test_r2_fail_rejects_pending_signals_and_cancels_waits(flow, reviewer, database):
-    flow.publish(signal_flow_definition(timeout=600))
-    flow.start("order-1", input={"order_id": "o-1"})
-    flow.scan()
-    flow.finish_task({"reservation_id": "r-1"})
-    pending = flow.send("order-1", "k1", payment())
-    database.run(
-        lambda tx: tx.execute("UPDATE signals SET reason = 'edited' WHERE id = %s", (pending.json["signal_id"],))
-    )
-    flow.scan()
+def test_r2_fail_rejects_pending_signals_and_cancels_waits(flow, reviewer, tampered):
     assert review(flow, reviewer, action="fail").json["status"] == "FAILED"
-    assert flow.signal("order-1", pending.json["signal_id"]).json["disposition"] == "INSTANCE_SETTLED"
+    assert flow.signal("order-1", tampered).json["disposition"] == "INSTANCE_SETTLED"
     assert flow.rows("SELECT status FROM waits") == [{"status": "CANCELLED"}]
 
 
