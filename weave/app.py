@@ -7,7 +7,7 @@ import falcon
 from weave import errors, openapi
 from weave.config import Config
 from weave.db import Database
-from weave.http import Authenticate, BodyCap
+from weave.http import Authenticate, BodyCap, RequestId
 from weave.resources import definitions, health, review, signals, tasks, workflows
 from weave.resources.openapi import OpenApiDocument
 
@@ -39,7 +39,7 @@ def routes(database: Database, config: Config) -> list[tuple[str, object]]:
 
 def create_app(config: Config, database: Database | None = None) -> falcon.App:
     database = database or Database(config.database_url)
-    app = falcon.App(middleware=[BodyCap(config.max_body_bytes), Authenticate(database)])
+    app = falcon.App(middleware=[RequestId(), BodyCap(config.max_body_bytes), Authenticate(database)])
     app.req_options.strip_url_path_trailing_slash = True
     document = OpenApiDocument()
     served = routes(database, config) + [("/v1/openapi.json", document)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -111,6 +112,22 @@ class Resource:
     def __init__(self, database: Database, body_limit: int = 0):
         self.database = database
         self.body_limit = body_limit
+
+
+class RequestId:
+    """Falcon middleware: every response carries `X-Request-Id` (SPEC §12), the client's when it
+    sent a usable one (so a caller can follow its own id through logs), else a new random one.
+    First in the stack, so that errors raised by the other middleware carry it too."""
+
+    HEADER = "X-Request-Id"
+    USABLE = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # never anything a log or a header could be forged with
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        sent = req.get_header(self.HEADER)
+        req.context.request_id = sent if sent and self.USABLE.fullmatch(sent) else secrets.token_hex(16)
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource, req_succeeded: bool) -> None:
+        resp.set_header(self.HEADER, req.context.request_id)
 
 
 class BodyCap:
