@@ -538,9 +538,9 @@ def look_at_poll(
     if decision.kind == poll.WAIT:
         return "WAITING"
     if decision.kind == poll.NEXT_ROUND:
-        verdict = _gate(tx, instance, actor)
-        if verdict != gate.GO:
-            return verdict  # a resume (ROOT checkpoint) or the re-enabled application looks again
+        allowed = _gate(tx, instance, actor)
+        if allowed != gate.GO:
+            return allowed  # a resume (ROOT checkpoint) or the re-enabled application looks again
         _open_round(tx, instance, activation, step, the_round.number + 1, decision.available_at)
         return "ROUND_OPENED"
     if candidate_row is not None and decision.signal_id == candidate_row["id"]:
@@ -597,7 +597,6 @@ def _round(task: dict, step: dict) -> poll.Round:
         completed_at=task["completed_at"],
         report=report,
         result=result,
-        cancel_requested=bool(task["cancel_requested"]),
     )
 
 

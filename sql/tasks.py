@@ -378,7 +378,7 @@ def read(tx: Tx, task_id: int) -> dict:
 
 # The newest task of an activation is a POLL step's current round; its number is its position.
 LOCK_CURRENT_ROUND = """
-SELECT id, status, result, completed_at, cancel_requested,
+SELECT id, status, result, completed_at,
        (SELECT COUNT(*) FROM tasks r WHERE r.activation_id = t.activation_id) AS number
 FROM tasks t WHERE activation_id = %s ORDER BY id DESC LIMIT 1
 FOR UPDATE

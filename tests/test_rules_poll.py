@@ -21,8 +21,8 @@ def queued(number=1):
     return Round(task_id=10 + number, number=number, status=poll.QUEUED)
 
 
-def running(number=1, cancel_requested=False):
-    return Round(task_id=10 + number, number=number, status=poll.RUNNING, cancel_requested=cancel_requested)
+def running(number=1):
+    return Round(task_id=10 + number, number=number, status=poll.RUNNING)
 
 
 def reported(seconds, report, result=None, number=1):
@@ -90,7 +90,7 @@ def test_c2_4_signal_first_and_the_round_running_the_winner_is_saved_and_the_rou
 def test_c2_4_a_taken_signal_waits_for_the_running_round_even_past_the_deadline():
     taken = signal(10)
     for now in (30, 700):
-        assert decide(running(cancel_requested=True), now=now, taken=taken) == Decision(poll.WAIT, "C2.4", signal_id=7)
+        assert decide(running(), now=now, taken=taken) == Decision(poll.WAIT, "C2.4", signal_id=7)
 
 
 # ---- C2.5 / C2.6: what the running round reports after the signal was taken ----------------------------

@@ -58,7 +58,6 @@ class Round:
     completed_at: datetime | None = None
     report: str | None = None  # PENDING, FINAL or INVALID when the task SUCCEEDED
     result: Any = None  # the FINAL result, parsed
-    cancel_requested: bool = False
 
 
 @dataclass(frozen=True)
