@@ -89,9 +89,7 @@ def read_facts(tx: Tx, namespace_id: int, workflow_id: str) -> WorkflowFacts | N
 @read_only
 def read_workflow(tx: Tx, principal: Principal, workflow_id: str) -> WorkflowFacts:
     facts = read_facts(tx, principal.namespace_id, workflow_id)
-    if facts is None:
-        raise WeaveError(Code.WORKFLOW_NOT_FOUND, f"workflow {workflow_id!r} does not exist")
-    principal.require_queues(definition_rules.queues_used(facts.document))
+    require_grants(tx, principal, workflow_id, facts.instance if facts else None)
     return facts
 
 
@@ -213,7 +211,7 @@ def start_workflow(tx: Tx, principal: Principal, request: StartRequest) -> tuple
     namespace_id, actor = principal.namespace_id, principal.actor
     existing = read_facts(tx, namespace_id, request.workflow_id)
     if existing is not None:
-        principal.require_queues(definition_rules.queues_used(existing.document))
+        require_grants(tx, principal, request.workflow_id, existing.instance)
         if existing.instance["request_digest"] != request.request_digest:
             raise WeaveError(
                 Code.WORKFLOW_EXISTS, f"workflow {request.workflow_id!r} exists and was started with another request"
