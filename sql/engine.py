@@ -22,7 +22,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from weave import jsontext, schemas
+from weave import jsontext
 from weave.auth import Principal
 from weave.db import Tx, unit_of_work
 from weave.errors import Code, WeaveError
@@ -32,6 +32,7 @@ from weave.rules import review as review_rules
 from weave.rules import signals as signal_rules
 from weave.rules import waits as wait_rules
 from weave.schemas import linear
+from weave.schemas.payload import payload_errors
 from weave.sql import activations, audit, checkpoints, definitions, events, inbox, instances, signals, tasks, waits
 from weave.sql.instances import WorkflowFacts
 from weave.times import rfc3339
@@ -580,7 +581,7 @@ def _report(result_text: str | None, step: dict) -> tuple[str, Any]:
     report, result = poll.parse_report(jsontext.loads(result_text) if result_text is not None else None)
     contract = step.get("final_signal")
     if report == poll.FINAL and contract is not None:
-        if schemas.errors_of(schemas.payload_validator(contract["payload_schema"]), result):
+        if payload_errors(contract["payload_schema"], result):
             return poll.INVALID, None
     return report, result
 

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from weave import jsontext, schemas
+from weave import jsontext
 from weave.rules import gate
 from weave.rules.definitions import CONTRACT_FIELDS
 from weave.rules.problems import Problem
+from weave.schemas.payload import payload_errors
 
 ABSENT = object()  # a signal without a `payload` member (different from an explicit null)
 
@@ -58,11 +59,7 @@ def _final_envelope_problems(contract: dict, payload: Any) -> list[Problem]:
 
 def schema_problems(schema: Any, value: Any, prefix: str) -> list[Problem]:
     """Where `value` breaks `schema` (a contract's payload schema), as problems under `prefix`."""
-    try:
-        errors = schemas.errors_of(schemas.payload_validator(schema), value, prefix)
-    except Exception as exc:  # e.g. a reference the schema cannot resolve: refuse, never crash
-        return [Problem(prefix, f"the payload could not be checked against the contract: {exc}")]
-    return [Problem(e["pointer"], e["message"]) for e in errors]
+    return [Problem(e["pointer"], e["message"]) for e in payload_errors(schema, value, prefix)]
 
 
 def request_digest(fields: dict, payload: Any) -> str:

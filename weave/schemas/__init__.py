@@ -48,8 +48,7 @@ def _message(error) -> str:
 
 
 def errors_of(validator: Draft202012Validator, value: Any, prefix: str = "") -> list[dict]:
-    with linear.remembered_identities():
-        found = sorted(validator.iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    found = sorted(validator.iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     return [{"pointer": prefix + pointer(e.absolute_path), "message": _message(e)} for e in found]
 
 
@@ -63,25 +62,6 @@ def check(validator: Draft202012Validator, value: Any, code: Code = Code.VALIDAT
 
 def validate(name: str, value: Any) -> None:
     check(_validator(name), value)
-
-
-_payload_validators: dict[str, Draft202012Validator] = {}
-_PAYLOAD_VALIDATORS_LIMIT = 4096
-
-
-def payload_validator(payload_schema: Any) -> linear.PayloadValidator:
-    """A compiled validator for a signal contract's payload schema, cached by its sorted JSON text.
-
-    The key is made with the C encoder on every signal, so it must be cheap; it is an identity for
-    the cache, not a digest (exact decimals are written by `str`).
-    """
-    key = json.dumps(payload_schema, sort_keys=True, separators=(",", ":"), default=str)
-    found = _payload_validators.get(key)
-    if found is None:
-        if len(_payload_validators) >= _PAYLOAD_VALIDATORS_LIMIT:
-            _payload_validators.clear()
-        found = _payload_validators[key] = linear.PayloadValidator(payload_schema)
-    return found
 
 
 def schema_problems(candidate: Any) -> list[tuple[str, str]]:

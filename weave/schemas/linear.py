@@ -32,8 +32,9 @@ from typing import Any, Iterator
 import jsonschema._keywords
 import jsonschema._utils
 import re2
-from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
+
+from weave.schemas import budget
 
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # a refused pattern is reported to the publisher, not to stderr
@@ -53,7 +54,9 @@ class LinearRe:
 
     @staticmethod
     def search(pattern: str, string: str):
-        return compile_pattern(pattern).search(string)
+        compiled = compile_pattern(pattern)
+        budget.spend(budget.regex_units(compiled.programsize, string))
+        return compiled.search(string)
 
 
 def install() -> None:
@@ -81,7 +84,7 @@ _known: ContextVar[dict[int, Any] | None] = ContextVar("weave_known_identities",
 
 @contextmanager
 def remembered_identities() -> Iterator[None]:
-    """Around one validation (`weave.schemas.errors_of`): identities formed inside are reused."""
+    """Around one validation (`weave.schemas.payload.payload_errors`): identities formed inside are reused."""
     token = _known.set({})
     try:
         yield
@@ -96,12 +99,28 @@ def identity(value: Any) -> Any:
     return _identity(value, {})
 
 
+class _Items:
+    """An array's identity: its items' identities, hashed once. Python does not keep a tuple's hash,
+    so nested tuples would hash their whole subtree again at every level (a frozenset keeps its own)."""
+
+    __slots__ = ("items", "hash")
+
+    def __init__(self, items: tuple) -> None:
+        self.items, self.hash = items, hash(items)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Items) and self.hash == other.hash and self.items == other.items
+
+
 def _identity(value: Any, known: dict[int, Any]) -> Any:
     """`identity`, reusing and keeping in `known` the forms of arrays and objects by `id()`."""
     if isinstance(value, list):
         found = known.get(id(value))
         if found is None:
-            found = known[id(value)] = tuple([_identity(item, known) for item in value])
+            found = known[id(value)] = _Items(tuple([_identity(item, known) for item in value]))
         return found
     if isinstance(value, dict):
         found = known.get(id(value))
@@ -119,8 +138,10 @@ def unique_items(validator, unique: bool, instance: Any, schema: dict) -> Iterat
     if not unique or not validator.is_type(instance, "array"):
         return
     known = _known.get()
-    if known is None:  # validated outside `errors_of`: remember for this array only
+    if known is None:  # validated outside `payload.payload_errors`: remember for this array only
         known = {}
+    if id(instance) not in known:  # its items' identities are formed now, once for the whole check
+        budget.spend(budget.size(instance) // budget.NODES_HASHED_PER_UNIT)
     seen = set()
     for index, item in enumerate(instance):
         key = _identity(item, known)
@@ -128,9 +149,6 @@ def unique_items(validator, unique: bool, instance: Any, schema: dict) -> Iterat
             yield ValidationError(f"item {index} repeats an earlier item; the items must be unique")
             return
         seen.add(key)
-
-
-PayloadValidator = validators.extend(Draft202012Validator, {"uniqueItems": unique_items})
 
 
 # ---- refusing at publish what RE2 cannot run ---------------------------------------------------------

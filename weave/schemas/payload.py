@@ -1,0 +1,130 @@
+"""Checking a payload (a signal's, a task's result, a POLL round's final result) against the payload
+schema of its contract: the one place that builds payload validators and runs them.
+
+The validator is Draft 2020-12 with three changes, each for a hostile schema or payload:
+regular expressions on RE2 and `uniqueItems` by hashing (`linear`), `multipleOf` exact for numbers
+of any exponent (below), and every keyword charged against a work budget (`budget`). A check
+answers with errors, never with an exception: a payload that cannot be checked (the budget ran out,
+a reference that does not resolve) is refused with one error saying why.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any, Iterator
+
+from jsonschema import Draft202012Validator, validators
+from jsonschema._utils import extras_msg, find_evaluated_item_indexes_by_schema, find_evaluated_property_keys_by_schema
+from jsonschema.exceptions import ValidationError
+
+from weave.schemas import budget, errors_of, linear
+
+
+def is_multiple(value: int | Decimal, divisor: int | Decimal | float) -> bool:
+    """`value / divisor` is an integer, exactly, for numbers of any exponent (`1e999999` is a
+    multiple of 0.5), without building numbers much larger than the ones given."""
+    if isinstance(value, int) and isinstance(divisor, int):
+        return value % divisor == 0
+    if isinstance(divisor, float):  # a schema read by a plain JSON parser: its shortest decimal form
+        divisor = Decimal(repr(divisor))
+    value, divisor = Decimal(value), Decimal(divisor)
+    if value == 0:
+        return True
+    value_int, value_exponent = _integer_and_exponent(value)
+    divisor_int, divisor_exponent = _integer_and_exponent(divisor)
+    shift = value_exponent - divisor_exponent  # value / divisor = value_int / divisor_int · 10^shift
+    if shift < 0:
+        if -shift > len(str(value_int)):  # divisor_int · 10^-shift > value_int: a fraction
+            return False
+        return value_int % (divisor_int * 10**-shift) == 0
+    # 10^shift supplies factors 2 and 5 only: take up to `shift` of each out of the divisor.
+    for prime in (2, 5):
+        taken = 0
+        while taken < shift and divisor_int % prime == 0:
+            divisor_int //= prime
+            taken += 1
+    return value_int % divisor_int == 0
+
+
+def _integer_and_exponent(number: Decimal) -> tuple[int, int]:
+    sign, digits, exponent = number.as_tuple()
+    return int("".join(map(str, digits))), exponent
+
+
+def multiple_of(validator, divisor, instance, schema) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "number") and not is_multiple(instance, divisor):
+        yield ValidationError(f"{instance!r} is not a multiple of {divisor}")
+
+
+# jsonschema keeps the evaluated indexes and names below in lists and tests every item or member
+# against them: quadratic in the array's length or the object's size. The same, with sets.
+
+
+def unevaluated_items(validator, unevaluated, instance, schema) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "array"):
+        return
+    evaluated = set(find_evaluated_item_indexes_by_schema(validator, instance, schema))
+    extras = [item for index, item in enumerate(instance) if index not in evaluated]
+    if extras:
+        yield ValidationError("Unevaluated items are not allowed (%s %s unexpected)" % extras_msg(extras))
+
+
+def unevaluated_properties(validator, unevaluated, instance, schema) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    evaluated = set(find_evaluated_property_keys_by_schema(validator, instance, schema))
+    extras = [
+        name
+        for name, value in instance.items()
+        if name not in evaluated and not validator.evolve(schema=unevaluated).is_valid(value)
+    ]
+    if not extras:
+        return
+    if unevaluated is False:
+        message = "Unevaluated properties are not allowed (%s %s unexpected)"
+        yield ValidationError(message % extras_msg(sorted(extras, key=str)))
+    else:
+        message = "Unevaluated properties are not valid under the given schema (%s %s unevaluated and invalid)"
+        yield ValidationError(message % extras_msg(extras))
+
+
+_KEYWORDS = dict(
+    Draft202012Validator.VALIDATORS,
+    uniqueItems=linear.unique_items,
+    multipleOf=multiple_of,
+    unevaluatedItems=unevaluated_items,
+    unevaluatedProperties=unevaluated_properties,
+)
+PayloadValidator = validators.extend(
+    Draft202012Validator, {keyword: budget.charged(keyword, check) for keyword, check in _KEYWORDS.items()}
+)
+
+_validators: dict[str, PayloadValidator] = {}
+_VALIDATORS_LIMIT = 4096
+
+
+def validator(payload_schema: Any) -> PayloadValidator:
+    """The validator of a payload schema, cached by its sorted JSON text.
+
+    The key is made with the C encoder on every signal, so it must be cheap; it is an identity for
+    the cache, not a digest (exact decimals are written by `str`).
+    """
+    key = json.dumps(payload_schema, sort_keys=True, separators=(",", ":"), default=str)
+    found = _validators.get(key)
+    if found is None:
+        if len(_validators) >= _VALIDATORS_LIMIT:
+            _validators.clear()
+        found = _validators[key] = PayloadValidator(payload_schema)
+    return found
+
+
+def payload_errors(payload_schema: Any, value: Any, prefix: str = "") -> list[dict]:
+    """Where `value` breaks `payload_schema`, as `{"pointer", "message"}` under `prefix`: empty when it fits."""
+    try:
+        with budget.budgeted(), linear.remembered_identities():
+            return errors_of(validator(payload_schema), value, prefix)
+    except budget.BudgetExceeded as exc:
+        return [{"pointer": prefix, "message": str(exc)}]
+    except Exception as exc:  # e.g. a reference the schema cannot resolve: refuse, never crash
+        return [{"pointer": prefix, "message": f"the payload could not be checked against the contract: {exc}"}]
