@@ -304,9 +304,24 @@ WHERE id = %s AND status = %s AND gate = %s
 """
 
 
+# A Galera cluster does not replicate `FOR UPDATE`: two nodes may both "hold" an instance's lock.
+# Writing the row under the lock makes any two units that lock one instance write a common row, so
+# the cluster refuses one of them at certification (a deadlock error: the unit is re-run whole).
+MARK_DECIDING = "UPDATE instances SET version = version + 1 WHERE id = %s"
+
+
 def lock(tx: Tx, instance_id: int) -> dict:
-    """Lock the instance row; the result also carries its definition digest and application status."""
-    return tx.one(LOCK_INSTANCE, (instance_id,))
+    """Lock the instance row and mark it (`mark_deciding`); the result also carries its definition
+    digest and application status."""
+    instance = tx.one(LOCK_INSTANCE, (instance_id,))
+    if instance is not None:
+        mark_deciding(tx, instance_id)
+    return instance
+
+
+def mark_deciding(tx: Tx, instance_id: int) -> None:
+    """Write the locked instance's row (its `version`): every unit that locks an instance calls it."""
+    tx.execute(MARK_DECIDING, (instance_id,))
 
 
 def move(tx: Tx, instance: dict, status: str, gate: str, review_reason: str | None) -> dict:

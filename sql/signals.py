@@ -162,6 +162,7 @@ def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalR
     if queues:
         tx.all(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
     instance = tx.one(LOCK_INSTANCE, (unlocked["id"],))
+    instances.mark_deciding(tx, instance["id"])
     known = tx.one(
         FACTS_UNDER_LOCK,
         {"instance": instance["id"], "key": request.idempotency_key, "step": request.fields["target_step_key"]},

@@ -182,6 +182,7 @@ def test_m3_upgrade_steps_survive_a_crash_and_re_run(old_database):
 # ---- 0007: the acceptance record of a signal is found by its signal_id (S1.12) ----------------------
 
 BEFORE_SIGNAL_ID = "0006.workflow_listing"
+SIGNAL_ID = "0007.audit_signal_id"
 
 
 def fill_audit_records_before_signal_id(url) -> dict:
@@ -228,7 +229,7 @@ def test_s1_12_acceptance_records_of_the_previous_schema_are_found_after_the_upg
     migrate.ensure_database(url)
     migrate.apply(url, upto=BEFORE_SIGNAL_ID)
     records = fill_audit_records_before_signal_id(url)
-    assert migrate.apply(url) == ["0007.audit_signal_id"]
+    assert migrate.apply(url, upto=SIGNAL_ID) == [SIGNAL_ID]
 
     assert signal_ids_by_record(url) == {
         records["start"]: None,
@@ -258,7 +259,7 @@ def test_s1_12_the_signal_id_migration_survives_a_crash_between_its_steps(scratc
     migrate.ensure_database(url)
     migrate.apply(url, upto=BEFORE_SIGNAL_ID)
     records = fill_audit_records_before_signal_id(url)
-    migrate.apply(url)
+    migrate.apply(url, upto=SIGNAL_ID)
     conn = connect(url)
     with conn.cursor() as cur:
         cur.execute("UPDATE audit_records SET signal_id = NULL WHERE id <> %s", (records[11],))
@@ -266,8 +267,8 @@ def test_s1_12_the_signal_id_migration_survives_a_crash_between_its_steps(scratc
         cur.execute("DELETE FROM _yoyo_migration WHERE migration_id = '0007.audit_signal_id'")
     conn.commit()
     conn.close()
-    assert migrate.apply(url) == ["0007.audit_signal_id"]
-    assert migrate.apply(url) == []
+    assert migrate.apply(url, upto=SIGNAL_ID) == [SIGNAL_ID]
+    assert migrate.apply(url, upto=SIGNAL_ID) == []
     found = signal_ids_by_record(url)
     assert [found[records[s]] for s in (11, 12, 111)] == [11, 12, 111]
     assert found[records["start"]] is None

@@ -1,20 +1,22 @@
-"""A private MariaDB/MySQL server for development and tests.
+"""A private MariaDB/MySQL server, or a private MariaDB Galera cluster, for development and tests.
 
 Starts the server binary found on PATH (or in /usr/sbin) in a folder of our own, on 127.0.0.1
 with a free port and its own socket, so it never shares state with a system server. The folder
 is initialised on first use; a second start reuses it. `PrivateServer.stop()` shuts it down
-cleanly (SIGTERM, then SIGKILL after a grace period).
+cleanly (SIGTERM, then SIGKILL after a grace period). `GaleraCluster` starts several such servers
+as the nodes of one Galera cluster on loopback (Debian's `galera-4` provider).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pymysql
@@ -56,7 +58,9 @@ def _is_mariadb(binary: str) -> bool:
     return "mariadb" in (out.stdout + out.stderr).lower()
 
 
-def _run_as_root_args() -> list[str]:
+def _user_args(user: str | None) -> list[str]:
+    if user is not None:
+        return [f"--user={user}"]
     # Both servers refuse to run as root unless told to; containers and CI often are root.
     return ["--user=root"] if os.geteuid() == 0 else []
 
@@ -69,6 +73,9 @@ class PrivateServer:
     fast_and_unsafe: bool = False  # tests trade durability for speed; `weave dev` does not
     port: int = 0
     process: subprocess.Popen | None = None
+    user: str | None = None  # the account the server runs as (it must own `datadir`); None: this one
+    extra_args: tuple[str, ...] = ()  # e.g. a Galera node's wsrep settings
+    buffer_pool: str = "256M"
 
     @property
     def socket_path(self) -> Path:
@@ -104,9 +111,10 @@ class PrivateServer:
             "--collation-server=utf8mb4_unicode_ci",
             "--default-time-zone=+00:00",
             "--max-connections=500",
-            "--innodb-buffer-pool-size=256M",
+            f"--innodb-buffer-pool-size={self.buffer_pool}",
             "--skip-log-bin" if mariadb else "--disable-log-bin",
-            *_run_as_root_args(),
+            *_user_args(self.user),
+            *self.extra_args,
         ]
         if mariadb:
             args.append("--skip-name-resolve")
@@ -139,7 +147,7 @@ class PrivateServer:
                 # Other servers being installed at the same time share /tmp; a folder of our own
                 # keeps their temporary tables apart (seen: "Unknown table 'mysql.tmp_proxies_priv'").
                 f"--tmpdir={self._tmpdir()}",
-                *_run_as_root_args(),
+                *_user_args(self.user),
             ]
         else:
             cmd = [
@@ -148,7 +156,7 @@ class PrivateServer:
                 "--initialize-insecure",
                 f"--datadir={data}",
                 f"--tmpdir={self._tmpdir()}",
-                *_run_as_root_args(),
+                *_user_args(self.user),
             ]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
@@ -158,6 +166,8 @@ class PrivateServer:
     def _tmpdir(self) -> Path:
         folder = self.datadir / "tmp"
         folder.mkdir(parents=True, exist_ok=True)
+        if self.user is not None:
+            _give(self.datadir, self.user)
         return folder
 
     def _stop_leftover(self) -> None:
@@ -222,6 +232,177 @@ class PrivateServer:
         self.process = None
 
     def __enter__(self) -> "PrivateServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def query(self, sql: str) -> tuple:
+        """One statement over the socket, as root: for status checks (`SHOW STATUS …`)."""
+        conn = pymysql.connect(unix_socket=str(self.socket_path), user="root", connect_timeout=2)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return cur.fetchall()
+        finally:
+            conn.close()
+
+
+def _give(folder: Path, user: str) -> None:
+    """`folder` and everything in it to `user` (a server running as `user` must write there)."""
+    account = pwd.getpwnam(user)
+    for root, dirs, files in os.walk(folder):
+        for name in [root, *(os.path.join(root, f) for f in dirs + files)]:
+            os.chown(name, account.pw_uid, account.pw_gid, follow_symlinks=False)
+
+
+# ---- a Galera cluster on loopback ------------------------------------------------------------------
+
+GALERA_PROVIDERS = (
+    "/usr/lib/galera/libgalera_smm.so",
+    "/usr/lib/libgalera_smm.so",
+    "/usr/lib64/galera-4/libgalera_smm.so",
+)
+GALERA_HINT = (
+    "No Galera provider (libgalera_smm.so) was found. Install it, e.g. on Debian/Ubuntu: "
+    "`sudo apt-get install galera-4 rsync` (scripts/bootstrap does this)."
+)
+SYNC_TIMEOUT_SECONDS = 120
+# Accounts a node may run as when we are root: rsync state transfer runs as the server's own user
+# and cannot write folders that only root may write, and the servers refuse root without --user.
+NODE_ACCOUNTS = ("mysql", "nobody")
+
+
+def find_galera_provider() -> str:
+    for path in GALERA_PROVIDERS:
+        if os.path.exists(path):
+            return path
+    raise ServerNotFound(GALERA_HINT)
+
+
+def _node_account() -> str | None:
+    if os.geteuid() != 0:
+        return None  # we run the nodes as ourselves
+    for name in NODE_ACCOUNTS:
+        try:
+            pwd.getpwnam(name)
+            return name
+        except KeyError:
+            continue
+    raise RuntimeError("a Galera node cannot run as root and no 'mysql' or 'nobody' account exists")
+
+
+@dataclass
+class GaleraCluster:
+    """`size` private servers in `folder` (node0, node1, …) forming one Galera cluster on 127.0.0.1.
+
+    Every node has its own MySQL, group-communication, incremental (IST) and snapshot (SST, rsync)
+    ports. The first start bootstraps node0 as a new cluster and joins the others to it one at a
+    time (a joiner copies node0's data by rsync); `start()` returns when every node is `Synced`.
+    A node can be stopped, killed and started again (`stop_node`, `kill_node`, `start_node`): it
+    rejoins through the others and catches up by IST.
+    """
+
+    folder: Path
+    size: int = 3
+    nodes: list[PrivateServer] = field(default_factory=list)
+
+    def urls(self, database: str) -> list[str]:
+        return [node.url(database) for node in self.nodes]
+
+    def url(self, database: str, first: int = 0) -> str:
+        """One URL listing every node, node `first` first (`weave.db` fails over along the list)."""
+        order = self.nodes[first:] + self.nodes[:first]
+        return f"mysql://root@{','.join(f'127.0.0.1:{n.port}' for n in order)}/{database}"
+
+    def start(self) -> "GaleraCluster":
+        provider = find_galera_provider()
+        account = _node_account()
+        self.folder = Path(self.folder).resolve()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.folder, 0o755)  # a node's account must reach its own folder below this one
+        ports = [(free_port(), free_port(), free_port(), free_port()) for _ in range(self.size)]
+        members = ",".join(f"127.0.0.1:{group}" for _, group, _, _ in ports)
+        fresh = not (self.folder / "node0" / "data" / "grastate.dat").exists()
+        self.nodes = []
+        for index, (port, group, ist, sst) in enumerate(ports):
+            wsrep = [
+                "--wsrep-on=ON",
+                f"--wsrep-provider={provider}",
+                "--wsrep-cluster-name=weave",
+                f"--wsrep-node-name=node{index}",
+                f"--wsrep-cluster-address=gcomm://{members}",
+                f"--wsrep-node-address=127.0.0.1:{group}",
+                f"--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:{group};ist.recv_addr=127.0.0.1:{ist}",
+                f"--wsrep-sst-receive-address=127.0.0.1:{sst}",
+                "--wsrep-sst-method=rsync",
+                "--binlog-format=ROW",
+                "--innodb-autoinc-lock-mode=2",
+            ]
+            node = PrivateServer(self.folder / f"node{index}", port=port, user=account, buffer_pool="64M")
+            node.extra_args = tuple(wsrep)
+            self.nodes.append(node)
+        for index, node in enumerate(self.nodes):
+            self._start_node(index, bootstrap=index == 0 and fresh)
+        return self
+
+    def _start_node(self, index: int, bootstrap: bool = False) -> None:
+        node = self.nodes[index]
+        if bootstrap:
+            node.extra_args = (*node.extra_args, "--wsrep-new-cluster")
+        elif index == 0:  # restarting the first node of a cluster that ran before: safe to bootstrap again
+            self._mark_safe_to_bootstrap(node)
+            node.extra_args = (*node.extra_args, "--wsrep-new-cluster")
+        try:
+            node.start()
+        finally:
+            node.extra_args = tuple(a for a in node.extra_args if a != "--wsrep-new-cluster")
+        self.wait_synced(index)
+
+    @staticmethod
+    def _mark_safe_to_bootstrap(node: PrivateServer) -> None:
+        state = node.datadir / "data" / "grastate.dat"
+        if state.exists():
+            state.write_text(state.read_text().replace("safe_to_bootstrap: 0", "safe_to_bootstrap: 1"))
+
+    def wait_synced(self, index: int) -> None:
+        node = self.nodes[index]
+        deadline = time.monotonic() + SYNC_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if node.process is not None and node.process.poll() is not None:
+                raise RuntimeError(f"node{index} exited with {node.process.returncode}:\n" + node._log_tail())
+            try:
+                if (
+                    dict(node.query("SHOW STATUS LIKE 'wsrep_local_state_comment'")).get("wsrep_local_state_comment")
+                    == "Synced"
+                ):
+                    return
+            except pymysql.err.MySQLError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"node{index} was not Synced within {SYNC_TIMEOUT_SECONDS}s:\n" + node._log_tail())
+
+    def start_node(self, index: int) -> None:
+        """Start a stopped or killed node again: it rejoins the running ones and catches up."""
+        self._start_node(index)
+
+    def stop_node(self, index: int) -> None:
+        self.nodes[index].stop()
+
+    def kill_node(self, index: int) -> None:
+        process = self.nodes[index].process
+        if process is not None:
+            process.kill()
+            process.wait()
+        self.nodes[index].process = None
+
+    def stop(self) -> None:
+        # The last node to stop is the one most up to date: node0, so that the next start may
+        # bootstrap from it (`_start_node` marks it safe to bootstrap).
+        for node in reversed(self.nodes):
+            node.stop()
+
+    def __enter__(self) -> "GaleraCluster":
         return self.start()
 
     def __exit__(self, *exc) -> None:
