@@ -598,6 +598,7 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
         cur.execute(sig_sql.LOCK_QUEUES_SHARED, (bench.namespace_id, (QUEUE,)))
         cur.execute(sig_sql.LOCK_INSTANCE, (instance_id,))
         instance = cur.fetchone()
+        cur.execute(instance_sql.MARK_DECIDING, (instance_id,))
         cur.execute(sig_sql.FACTS_UNDER_LOCK, {"instance": instance_id, "key": key, "step": "payment"})
         now = cur.fetchone()["now"]
         receipt_rest = jsontext.compact(
