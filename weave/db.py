@@ -26,7 +26,7 @@ import logging
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -109,11 +109,19 @@ def translate(exc: pymysql.err.MySQLError) -> DatabaseError:
 
 @dataclass(frozen=True)
 class DatabaseUrl:
+    """`mysql://user:password@host:port/database`; several hosts (`h1:3306,h2:3306`) name the nodes
+    of one cluster: connections go to the first that answers, and move on when it is lost."""
+
     host: str
     port: int
     user: str
-    password: str
-    database: str
+    password: str = field(repr=False)  # a URL in a log line or a traceback must not carry it
+    database: str = ""
+    more_hosts: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def hosts(self) -> tuple[tuple[str, int], ...]:
+        return ((self.host, self.port), *self.more_hosts)
 
     @classmethod
     def parse(cls, url: str) -> "DatabaseUrl":
@@ -123,22 +131,50 @@ class DatabaseUrl:
         database = parts.path.lstrip("/")
         if not database:
             raise ValueError("database URL must name a database: mysql://user:pass@host:port/db")
+        credentials, _, host_list = parts.netloc.rpartition("@")
+        user, _, password = credentials.partition(":")
+        hosts = [_host_and_port(item) for item in host_list.split(",")] if host_list else [("127.0.0.1", 3306)]
         return cls(
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or 3306,
-            user=unquote(parts.username or "root"),
-            password=unquote(parts.password or ""),
+            host=hosts[0][0],
+            port=hosts[0][1],
+            user=unquote(user or "root"),
+            password=unquote(password),
             database=database,
+            more_hosts=tuple(hosts[1:]),
         )
 
     def with_database(self, database: str) -> "DatabaseUrl":
-        return DatabaseUrl(self.host, self.port, self.user, self.password, database)
+        return replace(self, database=database)
+
+    def on_host(self, index: int) -> "DatabaseUrl":
+        """The same URL with its hosts listed from the `index`th on (then the ones before it)."""
+        hosts = self.hosts[index:] + self.hosts[:index]
+        return replace(self, host=hosts[0][0], port=hosts[0][1], more_hosts=hosts[1:])
 
     def yoyo_url(self) -> str:
+        """For yoyo, which knows one host: the first."""
         from urllib.parse import quote
 
         auth = quote(self.user, safe="") + (":" + quote(self.password, safe="") if self.password else "")
-        return f"mysql://{auth}@{self.host}:{self.port}/{self.database}"
+        return f"mysql://{auth}@{_netloc_host(self.host)}:{self.port}/{self.database}"
+
+
+def _host_and_port(item: str) -> tuple[str, int]:
+    """`host`, `host:port`, `[v6]` or `[v6]:port` of a URL's host list."""
+    if item.startswith("["):
+        host, _, rest = item[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        host, _, port = item.partition(":")
+    if not host:
+        raise ValueError(f"database URL: an empty host in {item!r}")
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"database URL: {port!r} is not a port")
+    return host, int(port) if port else 3306
+
+
+def _netloc_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def connect(url: DatabaseUrl, database: bool = True, autocommit: bool = False) -> pymysql.connections.Connection:
