@@ -45,6 +45,7 @@ class Operation:
     request: str | None = None  # name of a schema in weave/schemas
     statuses: tuple[int, ...] = (200,)
     public: bool = False
+    session: bool = False  # a console page: authorized by `weave.console` from its session, with `authorize`
     query: tuple[tuple[str, str], ...] = field(default=())  # (name, description)
     headers: tuple[tuple[str, str], ...] = field(default=())
 
@@ -182,6 +183,8 @@ class Authenticate:
                 responder.__name__,
             )
             raise WeaveError(Code.NOT_FOUND, f"no operation {req.method} {req.path}")
+        if meta.session:
+            return  # weave.console answers in HTML, so it runs these same checks itself
         check_path_ids(params, meta.not_found or Code.NOT_FOUND)
         if meta.public:
             return
@@ -193,16 +196,24 @@ class Authenticate:
                 "the token is unknown, revoked or expired",
                 headers={"WWW-Authenticate": 'Bearer realm="weave"'},
             )
-        # A route without {namespace} names none, so it is nobody's: not found for every credential.
-        principal.require(params.get("namespace"), meta.not_found, *meta.scopes)
-        if meta.queue_grant:
-            principal.require_queues([params[meta.queue_grant]])
-        if principal.application_status != "ACTIVE" and req.method not in READING_METHODS:
-            # A disabled application is a kill switch for its credentials: reads only, from the
-            # very next request (its status is read on every request). Its instances still
-            # collect what they wait for (S2.4).
-            raise WeaveError(Code.FORBIDDEN, "the application of this credential is disabled: it may only read")
+        authorize(principal, meta, params, req.method)
         req.context.principal = principal
+
+
+def authorize(principal: auth.Principal, meta: Operation, params: dict, method: str) -> None:
+    """Whether a current credential may run the operation, checked in this order: its namespace is
+    the URL's (else the operation's not-found code), it holds one of the operation's scopes (403),
+    the queue grant the URL names where the operation says so (403), and a disabled application's
+    credential only reads (403). For API requests and console pages alike."""
+    # A route without {namespace} names none, so it is nobody's: not found for every credential.
+    principal.require(params.get("namespace"), meta.not_found, *meta.scopes)
+    if meta.queue_grant:
+        principal.require_queues([params[meta.queue_grant]])
+    if principal.application_status != "ACTIVE" and method not in READING_METHODS:
+        # A disabled application is a kill switch for its credentials: reads only, from the
+        # very next request (its status is read on every request). Its instances still
+        # collect what they wait for (S2.4).
+        raise WeaveError(Code.FORBIDDEN, "the application of this credential is disabled: it may only read")
 
 
 def read_json(req: falcon.Request, schema: str, limit: int) -> Any:
