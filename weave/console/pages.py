@@ -67,7 +67,7 @@ LIST_PAGE = 50
 TOKEN_MAX = 200  # longer than any token Weave makes
 WATCH_SECONDS = 2
 # Where sign-in may send the browser back to: a console path only, never another origin.
-NEXT = re.compile(r"/console/ns/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+(/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+)*")
+NEXT = re.compile(r"(?!.*/\.\.?(/|$))/console/ns/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+(/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+)*")
 DONE = {
     "pause": "Paused.",
     "resume": "Resumed.",
@@ -433,7 +433,7 @@ class WorkflowAction(Console):
     with the problem next to the field (the problem's status)."""
 
     def act(self, resp, visit: Visit, namespace: str, workflow_id: str, action: str, run: Callable) -> None:
-        values = {name: visit.form.get(name, "") for name in ("reason", "step_key", "result")}
+        values = {name: visit.form.get(name, "") for name in ("reason", "result")}  # the fields people type in
         try:
             run()
         except WeaveError as exc:
