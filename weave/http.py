@@ -221,12 +221,7 @@ def read_json(req: falcon.Request, schema: str, limit: int) -> Any:
 
     A declared length over the cap was refused by `BodyCap` already; the bounded read covers a
     body whose length a WSGI server does not declare."""
-    media_type = (req.content_type or "").split(";", 1)[0].strip().lower()
-    if media_type != JSON:
-        raise WeaveError(Code.UNSUPPORTED_MEDIA_TYPE, f"send Content-Type: {JSON} (got {req.content_type or 'none'})")
-    raw = req.bounded_stream.read(limit + 1)
-    if len(raw) > limit:
-        raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the body is over the limit of {limit} bytes")
+    raw = read_body(req, JSON, limit)
     if not raw.strip():
         raise WeaveError(Code.INVALID_JSON, "the body is empty; a JSON document is required")
     try:
@@ -237,6 +232,19 @@ def read_json(req: falcon.Request, schema: str, limit: int) -> Any:
         raise WeaveError(Code.INVALID_JSON, f"the body is not acceptable JSON: {exc}") from None
     schemas.validate(schema, value)
     return value
+
+
+def read_body(req: falcon.Request, media_type: str, limit: int) -> bytes:
+    """The body, of the one media type the responder takes (else 415), read up to the cap (413 beyond)."""
+    sent = (req.content_type or "").split(";", 1)[0].strip().lower()
+    if sent != media_type:
+        raise WeaveError(
+            Code.UNSUPPORTED_MEDIA_TYPE, f"send Content-Type: {media_type} (got {req.content_type or 'none'})"
+        )
+    raw = req.bounded_stream.read(limit + 1)
+    if len(raw) > limit:
+        raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the body is over the limit of {limit} bytes")
+    return raw
 
 
 def bounded_value_text(value: Any, pointer: str) -> str:

@@ -39,7 +39,16 @@ import jinja2
 from weave import auth, jsontext, schemas
 from weave.console import timeline, words
 from weave.errors import Code, WeaveError
-from weave.http import Operation, Resource, authorize, bounded_value_text, check_path_ids, operation, query_text
+from weave.http import (
+    Operation,
+    Resource,
+    authorize,
+    bounded_value_text,
+    check_path_ids,
+    operation,
+    query_text,
+    read_body,
+)
 from weave.resources.workflows import DEFINITION_NAME, STATUSES
 from weave.rules import review as review_rules
 from weave.rules import signals as signal_rules
@@ -142,12 +151,7 @@ def _workflow_url(namespace: str, workflow_id: str, **query) -> str:
 
 def read_form(req: falcon.Request, limit: int) -> dict[str, str]:
     """The fields of a urlencoded form body (each at most once; 400 otherwise)."""
-    media_type = (req.content_type or "").split(";", 1)[0].strip().lower()
-    if media_type != FORM:
-        raise WeaveError(Code.UNSUPPORTED_MEDIA_TYPE, f"send a form ({FORM})")
-    raw = req.bounded_stream.read(limit + 1)
-    if len(raw) > limit:
-        raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the form is over the limit of {limit} bytes")
+    raw = read_body(req, FORM, limit)
     try:
         pairs = parse_qsl(raw.decode("ascii"), keep_blank_values=True, max_num_fields=FORM_FIELDS_MAX, errors="strict")
     except (UnicodeError, ValueError):
