@@ -394,3 +394,25 @@ def test_pause_resume_and_cancel(console, operator, flow):
     assert console.act("cancel", reason="customer left").status_code == 303 and status_of(flow) == "CANCELLED"
     ended = console.get(PAGE).text
     assert 'id="form-' not in ended and 'class="now"' not in ended  # no actions, and no "now" on its timeline
+
+
+def test_a_poll_steps_query_rounds_are_shown_with_their_reports(console, operator, flow, clock):
+    from test_poll import INTERVAL, claim_round, final, poll_definition, report
+
+    flow.publish(poll_definition())
+    flow.start("order-1", input={"order_id": "o-1"})
+    flow.scan()
+    report(flow, claim_round(flow), {"state": "PENDING"})
+    flow.scan()
+    clock.advance(INTERVAL)
+    report(flow, claim_round(flow), final())
+    flow.scan()
+    assert flow.workflow("order-1")["steps"][0]["status"] == "SUCCEEDED"  # track; notify runs now
+    console.sign_in(operator)
+    shown = console.get(PAGE)
+    assert shown.status_code == 200
+    rounds = shown.text.split("<h2>Query rounds</h2>", 1)[1].split("</section>", 1)[0]
+    assert rounds.count("<tr>") == 3  # the head and two rounds
+    assert "&#34;state&#34;: &#34;PENDING&#34;" in rounds and "&#34;state&#34;: &#34;FINAL&#34;" in rounds
+    svg = re.search(r"<svg.*</svg>", shown.text, re.S).group(0)
+    assert svg.count('class="bar bar-round-succeeded"') == 2

@@ -79,7 +79,7 @@ def test_request_path_queries_use_their_indexes(populated):
         lambda tx: tx.execute(
             "INSERT INTO console_sessions (session_sha256, credential_id, created_at, expires_at) "
             "VALUES (%s, %s, %s, %s)",
-            (b"s" * 32, 1, datetime(2026, 1, 1), datetime(2027, 1, 1)),
+            (b"s" * 32, credential_id, datetime(2026, 1, 1), datetime(2027, 1, 1)),
         )
     )
     session = explain(database, sessions.SELECT_SESSION_TOKEN, (b"s" * 32, datetime(2026, 6, 1)))

@@ -6,7 +6,9 @@
 - `Authenticate` middleware is the one place that authorizes a request from that mark: it
   refuses an unmarked responder and ids in the path that break their character rules
   (`PATH_IDS`, 404), and for every responder not marked `public` it resolves the bearer token
-  into `req.context.principal` and checks namespace (404) and scope (403).
+  into `req.context.principal` and checks namespace (404) and scope (403) with `authorize`. A
+  console page (`session=True`) is left to `weave.console`, which answers in HTML and runs the
+  same checks from its session's credential.
 - `BodyCap` middleware refuses, on every route, a body whose Content-Length is over the cap
   (413) before anything reads it.
 - `read_json(req, schema, limit)` reads at most the cap (413 beyond, for a body of undeclared
