@@ -34,6 +34,7 @@ def test_m1_migrations_apply_and_roll_back_on_an_empty_database(scratch_url):
         "0005.signal_identity",
         "0006.workflow_listing",
         "0007.audit_signal_id",
+        "0008.console_sessions",
     ]
     applied = migrate.apply(scratch_url)
     assert applied == [
@@ -44,6 +45,7 @@ def test_m1_migrations_apply_and_roll_back_on_an_empty_database(scratch_url):
         "0005.signal_identity",
         "0006.workflow_listing",
         "0007.audit_signal_id",
+        "0008.console_sessions",
     ]
     assert migrate.pending(scratch_url) == []
     assert {"namespaces", "instances", "signals", "waits", "tasks", "inbox_events"} <= _tables(scratch_url)
@@ -61,7 +63,7 @@ def test_m1_migration_steps_survive_being_re_run(scratch_url):
         cur.execute("DELETE FROM _yoyo_migration")  # as if the process died before recording them
     conn.commit()
     conn.close()
-    assert len(migrate.apply(scratch_url)) == 7
+    assert len(migrate.apply(scratch_url)) == 8
 
 
 def test_m1_every_table_and_column_has_a_comment(migrated_url):

@@ -228,7 +228,7 @@ def test_s1_12_acceptance_records_of_the_previous_schema_are_found_after_the_upg
     migrate.ensure_database(url)
     migrate.apply(url, upto=BEFORE_SIGNAL_ID)
     records = fill_audit_records_before_signal_id(url)
-    assert migrate.apply(url) == ["0007.audit_signal_id"]
+    assert migrate.apply(url, upto="0007.audit_signal_id") == ["0007.audit_signal_id"]
 
     assert signal_ids_by_record(url) == {
         records["start"]: None,
@@ -266,7 +266,7 @@ def test_s1_12_the_signal_id_migration_survives_a_crash_between_its_steps(scratc
         cur.execute("DELETE FROM _yoyo_migration WHERE migration_id = '0007.audit_signal_id'")
     conn.commit()
     conn.close()
-    assert migrate.apply(url) == ["0007.audit_signal_id"]
+    assert migrate.apply(url, upto="0007.audit_signal_id") == ["0007.audit_signal_id"]
     assert migrate.apply(url) == []
     found = signal_ids_by_record(url)
     assert [found[records[s]] for s in (11, 12, 111)] == [11, 12, 111]
@@ -301,7 +301,7 @@ def test_s1_12_a_signal_accepted_before_the_upgrade_is_consumed_after_it(scratch
             "SELECT 1 FROM information_schema.columns WHERE table_schema = DATABASE() "
             "AND table_name = 'audit_records' AND column_name = 'signal_id'"
         )
-        assert migrate.apply(url) == ["0007.audit_signal_id"]
+        assert migrate.apply(url, upto="0007.audit_signal_id") == ["0007.audit_signal_id"]
 
         flow.scan()
         workflow = flow.workflow("order-1")
