@@ -221,10 +221,13 @@ def _known_principal(tx: Tx, presented_sha256: bytes, current: dict) -> auth.Pri
     )
 
 
-@read_only
-def authenticate(tx: Tx, presented_sha256: bytes) -> auth.Principal | None:
-    """The principal of a current credential, or None (unknown, revoked or expired)."""
+def current_principal(tx: Tx, presented_sha256: bytes) -> auth.Principal | None:
+    """The principal of a current credential, or None (unknown, revoked or expired): the check of
+    every API request, and of every console page for the credential its session came from."""
     row = tx.one(SELECT_CURRENT_CREDENTIAL, (presented_sha256,))
     if row is None or (row["expires_at"] is not None and row["expires_at"] <= tx.now()):
         return None
     return _known_principal(tx, presented_sha256, row)
+
+
+authenticate = read_only(current_principal)

@@ -1,8 +1,10 @@
 """Every query of the request path uses an index: EXPLAIN names the key we built for it."""
 
+from datetime import datetime
+
 import pytest
 
-from weave.sql import definitions, events, instances, tenancy
+from weave.sql import definitions, events, instances, sessions, tenancy
 
 DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}]}
 
@@ -72,6 +74,16 @@ def test_request_path_queries_use_their_indexes(populated):
     credential_id = database.run(lambda tx: tx.one("SELECT id FROM credentials LIMIT 1"))["id"]
     assert ("c", "PRIMARY") in keys_used(explain(database, tenancy.SELECT_IDENTITY, (credential_id,)))
     assert ("i", "uq_instances_workflow") in keys_used(explain(database, instances.SELECT_INSTANCE, (ns, "w7")))
+    # Every console page finds its session by the id's hash, then the credential as above.
+    database.run(
+        lambda tx: tx.execute(
+            "INSERT INTO console_sessions (session_sha256, credential_id, created_at, expires_at) "
+            "VALUES (%s, %s, %s, %s)",
+            (b"s" * 32, credential_id, datetime(2026, 1, 1), datetime(2027, 1, 1)),
+        )
+    )
+    session = explain(database, sessions.SELECT_SESSION_TOKEN, (b"s" * 32, datetime(2026, 6, 1)))
+    assert ("s", "uq_console_sessions_session") in keys_used(session)
     assert ("definitions", "uq_definitions_name_version") in keys_used(
         explain(database, definitions.SELECT_LATEST, (ns, "order"))
     )

@@ -34,7 +34,8 @@ def test_m1_migrations_apply_and_roll_back_on_an_empty_database(scratch_url):
         "0005.signal_identity",
         "0006.workflow_listing",
         "0007.audit_signal_id",
-        "0008.instance_version",
+        "0008.console_sessions",
+        "0009.instance_version",
     ]
     applied = migrate.apply(scratch_url)
     assert applied == [
@@ -45,7 +46,8 @@ def test_m1_migrations_apply_and_roll_back_on_an_empty_database(scratch_url):
         "0005.signal_identity",
         "0006.workflow_listing",
         "0007.audit_signal_id",
-        "0008.instance_version",
+        "0008.console_sessions",
+        "0009.instance_version",
     ]
     assert migrate.pending(scratch_url) == []
     assert {"namespaces", "instances", "signals", "waits", "tasks", "inbox_events"} <= _tables(scratch_url)

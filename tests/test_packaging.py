@@ -140,6 +140,13 @@ def test_an_installed_wheel_migrates_and_serves_from_outside_the_checkout(tmp_pa
         }
         status, body = http_json(port, "POST", "/v1/namespaces/shop/definitions", document, token)
         assert (status, body["name"], body["version"]) == (201, "order", 1), body
+        # The review console's templates and stylesheet are package data of the wheel.
+        for path, shows in (("/console/", b"Sign in"), ("/console/style.css", b"--accent")):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", path)
+            answer = conn.getresponse()
+            assert answer.status == 200 and shows in answer.read(), path
+            conn.close()
     finally:
         server.terminate()
         try:

@@ -6,6 +6,7 @@ import falcon
 
 from weave import errors, openapi
 from weave.config import Config
+from weave.console import pages as console
 from weave.db import Database
 from weave.http import Authenticate, BodyCap, RequestId
 from weave.resources import definitions, health, review, signals, tasks, workflows
@@ -43,7 +44,7 @@ def create_app(config: Config, database: Database | None = None) -> falcon.App:
     app.req_options.strip_url_path_trailing_slash = True
     document = OpenApiDocument()
     served = routes(database, config) + [("/v1/openapi.json", document)]
-    for path, resource in served:
+    for path, resource in served + console.routes(database, config):  # the console is HTML, not in the document
         app.add_route(path, resource)
     document.document = openapi.build(served)
     errors.install(app)

@@ -135,6 +135,8 @@ def _integer(low: int, high: int, unit: str = ""):
 _positive = _integer(1, 2**31 - 1)  # serve's counts and sizes: their real limits are the machine's
 _non_negative = _integer(0, 2**31 - 1)
 _port = _integer(0, 65535)  # 0: the system picks a free port
+# Fewer than 3 Galera nodes cannot tell a dead peer from a cut network: none would keep a quorum.
+_cluster_size = _integer(3, 9, " nodes")
 _credential_id = _integer(1, MAX_ID)
 _permits = _integer(1, MAX_PERMITS)
 _signals_per_minute = _integer(0, MAX_SIGNALS_PER_MINUTE)
@@ -249,13 +251,20 @@ def cmd_scan(args) -> int:
 
 def cmd_dev(args) -> int:
     _exit_on_sigterm()
-    url = args.database_url
+    url = scanner_url = args.database_url
     database_server = None
-    if url is None:
+    if url is None and args.cluster:
+        from weave.devdb import GaleraCluster
+
+        print(f"starting a {args.cluster}-node Galera cluster in {DEV_DIR / 'galera'} ...", flush=True)
+        database_server = GaleraCluster(DEV_DIR / "galera", args.cluster).start()
+        url = DatabaseUrl.parse(database_server.url("weave"))
+        scanner_url = url.on_host(1)
+    elif url is None:
         from weave.devdb import PrivateServer
 
         database_server = PrivateServer(DEV_DIR / "mariadb").start()
-        url = DatabaseUrl.parse(database_server.url("weave"))
+        url = scanner_url = DatabaseUrl.parse(database_server.url("weave"))
     try:
         migrate.ensure_database(url)
         migrate.apply(url)
@@ -270,6 +279,8 @@ def cmd_dev(args) -> int:
         }
         start = json.dumps({"order_id": "o-1"})
         print(f"Weave dev: {base}  (database {url.yoyo_url()})")
+        if args.cluster and args.database_url is None:
+            print(f"Galera cluster of {args.cluster} nodes (WEAVE_DATABASE_URL for more processes): {url.url()}")
         print(
             f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definitions order v1 (reserve -> payment -> ship) "
             f"and shipment v1 (track: POLL, {DEV_POLL_INTERVAL} s between rounds)"
@@ -285,7 +296,7 @@ def cmd_dev(args) -> int:
         )
         sys.stdout.flush()
         stop = threading.Event()
-        scanner = threading.Thread(target=Scanner(Database(url)).run, args=(stop,), name="scanner", daemon=True)
+        scanner = threading.Thread(target=Scanner(Database(scanner_url)).run, args=(stop,), name="scanner", daemon=True)
         scanner.start()
         try:
             server.serve(_server_config(args, url), args.host, args.port)
@@ -437,6 +448,15 @@ def build_parser() -> argparse.ArgumentParser:
             help="long-polling claims one process lets wait, below --threads; beyond it a claim answers "
             "204 with Retry-After at once (default: $WEAVE_MAX_WAITING_CLAIMS or half of --threads)",
         )
+        if name == "dev":
+            p.add_argument(
+                "--cluster",
+                type=_cluster_size,
+                default=None,
+                metavar="N",
+                help="a private MariaDB Galera cluster of N nodes instead of one server; the API uses "
+                "node 0 first, the scanner node 1 first, each failing over to the others",
+            )
         if name == "serve":
             p.add_argument(
                 "--processes",

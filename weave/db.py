@@ -151,12 +151,17 @@ class DatabaseUrl:
         hosts = self.hosts[index:] + self.hosts[:index]
         return replace(self, host=hosts[0][0], port=hosts[0][1], more_hosts=hosts[1:])
 
-    def yoyo_url(self) -> str:
-        """For yoyo, which knows one host: the first."""
+    def url(self) -> str:
+        """The URL again, every host listed (the password too: for a process's environment, not a log)."""
         from urllib.parse import quote
 
         auth = quote(self.user, safe="") + (":" + quote(self.password, safe="") if self.password else "")
-        return f"mysql://{auth}@{_netloc_host(self.host)}:{self.port}/{self.database}"
+        hosts = ",".join(f"{_netloc_host(host)}:{port}" for host, port in self.hosts)
+        return f"mysql://{auth}@{hosts}/{self.database}"
+
+    def yoyo_url(self) -> str:
+        """For yoyo, which knows one host: the first."""
+        return DatabaseUrl(self.host, self.port, self.user, self.password, self.database).url()
 
 
 def _host_and_port(item: str) -> tuple[str, int]:

@@ -6,7 +6,9 @@
 - `Authenticate` middleware is the one place that authorizes a request from that mark: it
   refuses an unmarked responder and ids in the path that break their character rules
   (`PATH_IDS`, 404), and for every responder not marked `public` it resolves the bearer token
-  into `req.context.principal` and checks namespace (404) and scope (403).
+  into `req.context.principal` and checks namespace (404) and scope (403) with `authorize`. A
+  console page (`session=True`) is left to `weave.console`, which answers in HTML and runs the
+  same checks from its session's credential.
 - `BodyCap` middleware refuses, on every route, a body whose Content-Length is over the cap
   (413) before anything reads it.
 - `read_json(req, schema, limit)` reads at most the cap (413 beyond, for a body of undeclared
@@ -45,6 +47,7 @@ class Operation:
     request: str | None = None  # name of a schema in weave/schemas
     statuses: tuple[int, ...] = (200,)
     public: bool = False
+    session: bool = False  # a console page: authorized by `weave.console` from its session, with `authorize`
     query: tuple[tuple[str, str], ...] = field(default=())  # (name, description)
     headers: tuple[tuple[str, str], ...] = field(default=())
 
@@ -182,6 +185,8 @@ class Authenticate:
                 responder.__name__,
             )
             raise WeaveError(Code.NOT_FOUND, f"no operation {req.method} {req.path}")
+        if meta.session:
+            return  # weave.console answers in HTML, so it runs these same checks itself
         check_path_ids(params, meta.not_found or Code.NOT_FOUND)
         if meta.public:
             return
@@ -193,16 +198,24 @@ class Authenticate:
                 "the token is unknown, revoked or expired",
                 headers={"WWW-Authenticate": 'Bearer realm="weave"'},
             )
-        # A route without {namespace} names none, so it is nobody's: not found for every credential.
-        principal.require(params.get("namespace"), meta.not_found, *meta.scopes)
-        if meta.queue_grant:
-            principal.require_queues([params[meta.queue_grant]])
-        if principal.application_status != "ACTIVE" and req.method not in READING_METHODS:
-            # A disabled application is a kill switch for its credentials: reads only, from the
-            # very next request (its status is read on every request). Its instances still
-            # collect what they wait for (S2.4).
-            raise WeaveError(Code.FORBIDDEN, "the application of this credential is disabled: it may only read")
+        authorize(principal, meta, params, req.method)
         req.context.principal = principal
+
+
+def authorize(principal: auth.Principal, meta: Operation, params: dict, method: str) -> None:
+    """Whether a current credential may run the operation, checked in this order: its namespace is
+    the URL's (else the operation's not-found code), it holds one of the operation's scopes (403),
+    the queue grant the URL names where the operation says so (403), and a disabled application's
+    credential only reads (403). For API requests and console pages alike."""
+    # A route without {namespace} names none, so it is nobody's: not found for every credential.
+    principal.require(params.get("namespace"), meta.not_found, *meta.scopes)
+    if meta.queue_grant:
+        principal.require_queues([params[meta.queue_grant]])
+    if principal.application_status != "ACTIVE" and method not in READING_METHODS:
+        # A disabled application is a kill switch for its credentials: reads only, from the
+        # very next request (its status is read on every request). Its instances still
+        # collect what they wait for (S2.4).
+        raise WeaveError(Code.FORBIDDEN, "the application of this credential is disabled: it may only read")
 
 
 def read_json(req: falcon.Request, schema: str, limit: int) -> Any:
@@ -210,12 +223,7 @@ def read_json(req: falcon.Request, schema: str, limit: int) -> Any:
 
     A declared length over the cap was refused by `BodyCap` already; the bounded read covers a
     body whose length a WSGI server does not declare."""
-    media_type = (req.content_type or "").split(";", 1)[0].strip().lower()
-    if media_type != JSON:
-        raise WeaveError(Code.UNSUPPORTED_MEDIA_TYPE, f"send Content-Type: {JSON} (got {req.content_type or 'none'})")
-    raw = req.bounded_stream.read(limit + 1)
-    if len(raw) > limit:
-        raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the body is over the limit of {limit} bytes")
+    raw = read_body(req, JSON, limit)
     if not raw.strip():
         raise WeaveError(Code.INVALID_JSON, "the body is empty; a JSON document is required")
     try:
@@ -226,6 +234,19 @@ def read_json(req: falcon.Request, schema: str, limit: int) -> Any:
         raise WeaveError(Code.INVALID_JSON, f"the body is not acceptable JSON: {exc}") from None
     schemas.validate(schema, value)
     return value
+
+
+def read_body(req: falcon.Request, media_type: str, limit: int) -> bytes:
+    """The body, of the one media type the responder takes (else 415), read up to the cap (413 beyond)."""
+    sent = (req.content_type or "").split(";", 1)[0].strip().lower()
+    if sent != media_type:
+        raise WeaveError(
+            Code.UNSUPPORTED_MEDIA_TYPE, f"send Content-Type: {media_type} (got {req.content_type or 'none'})"
+        )
+    raw = req.bounded_stream.read(limit + 1)
+    if len(raw) > limit:
+        raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the body is over the limit of {limit} bytes")
+    return raw
 
 
 def bounded_value_text(value: Any, pointer: str) -> str:

@@ -165,3 +165,42 @@ def digest(value: Any) -> str:
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def indented(text: str, indent: str = "  ") -> str:
+    """Compact JSON text laid out one member or item per line, for people to read.
+
+    Only white space is added, and only outside strings: numbers, escapes and member order stay
+    exactly as stored, so `compact(loads(indented(t))) == t` for every compact `t`."""
+    out: list[str] = []
+    depth = 0
+    in_string = escaped = False
+    for i, char in enumerate(text):
+        if in_string:
+            out.append(char)
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+            out.append(char)
+        elif char in "{[":
+            depth += 1
+            out.append(char)
+            if text[i + 1 : i + 2] not in ("}", "]"):  # an empty object or array stays on its line
+                out.append("\n" + indent * depth)
+        elif char in "}]":
+            depth -= 1
+            if text[i - 1] not in "{[":
+                out.append("\n" + indent * depth)
+            out.append(char)
+        elif char == ",":
+            out.append(",\n" + indent * depth)
+        elif char == ":":
+            out.append(": ")
+        else:
+            out.append(char)
+    return "".join(out)

@@ -11,7 +11,7 @@ An instant ADD COLUMN (MariaDB 10.3+, MySQL 8.0+): no table copy, re-runnable (`
 
 from weave.migration_steps import add_columns
 
-__depends__ = {"0007.audit_signal_id"}
+__depends__ = {"0008.console_sessions"}
 
 INSTANCE_COLUMNS = [
     (

@@ -1,0 +1,527 @@
+"""The review console's resources: sign-in, the workflow list, one workflow, and its actions.
+
+Every page is server-rendered HTML (Jinja2, autoescaped: whatever a user sent is text on the page)
+under a strict Content-Security-Policy that allows no script at all, so the console works without
+JavaScript and a value that gets past escaping still cannot run.
+
+- **Sessions.** A token is presented once, in the sign-in form; the browser then holds a random
+  session id in an `HttpOnly`, `SameSite=Strict` cookie (`Secure` over HTTPS), and the database
+  only its hash (`sql.sessions`). Every page finds the credential again through the session and
+  checks it as an API request checks its token, so a revoked credential's session is refused on
+  the next page.
+- **Authorization.** Each responder declares its operation like the API's (`@page` marks an
+  `Operation` with `session=True`), and the checks are the API's own: `check_path_ids`, then
+  `weave.http.authorize` (namespace: not found, scope: 403, a disabled application reads only),
+  then the SQL unit's grant check for the instance's queues.
+- **CSRF.** Every form carries a token: derived from the session id for a session's forms (a page
+  cannot be posted without having been read with the cookie), and a double-submit cookie for the
+  sign-in form, which has no session yet. A POST without it is refused with 403.
+- **Actions** call the same units as the API (`engine.control`, `engine.review`) with the body the
+  API would have validated against the same schema; a refusal re-renders the page with the
+  problem's message next to the field it names, and success answers 303 to the updated page.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Callable
+from urllib.parse import parse_qsl, quote, urlencode
+
+import falcon
+import jinja2
+
+from weave import auth, jsontext, schemas
+from weave.console import timeline, words
+from weave.errors import Code, WeaveError
+from weave.http import (
+    Operation,
+    Resource,
+    authorize,
+    bounded_value_text,
+    check_path_ids,
+    operation,
+    query_text,
+    read_body,
+)
+from weave.resources.workflows import DEFINITION_NAME, STATUSES
+from weave.rules import review as review_rules
+from weave.rules import signals as signal_rules
+from weave.sql import engine, instances, sessions, tenancy
+from weave.sql import timeline as records
+
+ROOT = "/console"
+SESSION_COOKIE = "weave_console"
+SIGN_IN_COOKIE = "weave_console_sign_in"  # the sign-in form's CSRF token, before there is a session
+SESSION_ID = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
+# No script from anywhere, styles only from the stylesheet, forms only to ourselves, never framed.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",  # pages carry payloads and results
+}
+FORM = "application/x-www-form-urlencoded"
+FORM_FIELDS_MAX = 16
+LIST_PAGE = 50
+TOKEN_MAX = 200  # longer than any token Weave makes
+WATCH_SECONDS = 2
+# Where sign-in may send the browser back to: a console path only, never another origin.
+NEXT = re.compile(r"(?!.*/\.\.?(/|$))/console/ns/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+(/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+)*")
+DONE = {
+    "pause": "Paused.",
+    "resume": "Resumed.",
+    "cancel": "Cancelled.",
+    "retry_step": "The step was retried: a new activation started.",
+    "complete_step": "The step was completed with your result.",
+    "fail": "The workflow was failed.",
+}
+
+_templates = jinja2.Environment(
+    loader=jinja2.PackageLoader("weave.console", "templates"),
+    autoescape=True,  # every template is HTML
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_templates.filters["time"] = timeline.stamp
+_templates.filters["indented"] = jsontext.indented
+_templates.filters["segment"] = lambda value: quote(value, safe="")  # a workflow id in a path
+_STYLESHEET = resources.files("weave.console").joinpath("static/console.css").read_bytes()
+
+
+def _digest(session_id: str) -> bytes:
+    return hashlib.sha256(session_id.encode("ascii")).digest()
+
+
+def _csrf_token(session_id: str) -> str:
+    # Only a holder of the cookie can compute it, and it does not reveal the id or its stored hash.
+    return hashlib.sha256(b"weave console csrf\0" + session_id.encode("ascii")).hexdigest()
+
+
+def _cookie(req: falcon.Request, name: str) -> str | None:
+    values = req.get_cookie_values(name) or []
+    return values[0] if len(values) == 1 else None
+
+
+def _set_cookie(req: falcon.Request, resp: falcon.Response, name: str, value: str, max_age: int) -> None:
+    # A client can only add `Secure` by claiming https; behind a TLS proxy that sets the header it is right.
+    resp.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        path=ROOT,
+        secure=req.forwarded_scheme == "https",
+        http_only=True,
+        same_site="Strict",
+    )
+
+
+def _render(resp: falcon.Response, template: str, http_status: int = 200, **context) -> None:
+    resp.status = http_status
+    resp.content_type = falcon.MEDIA_HTML
+    resp.text = _templates.get_template(template).render(**context)
+
+
+def _redirect(resp: falcon.Response, location: str) -> None:
+    resp.status = 303
+    resp.location = location
+    resp.content_type = falcon.MEDIA_HTML
+    resp.text = ""
+
+
+def _list_url(namespace: str, **query) -> str:
+    query = {k: v for k, v in query.items() if v}
+    return f"{ROOT}/ns/{namespace}/workflows" + (f"?{urlencode(query)}" if query else "")
+
+
+def _workflow_url(namespace: str, workflow_id: str, **query) -> str:
+    query = {k: v for k, v in query.items() if v}
+    return f"{ROOT}/ns/{namespace}/workflows/{quote(workflow_id, safe='')}" + (f"?{urlencode(query)}" if query else "")
+
+
+def read_form(req: falcon.Request, limit: int) -> dict[str, str]:
+    """The fields of a urlencoded form body (each at most once; 400 otherwise)."""
+    raw = read_body(req, FORM, limit)
+    try:
+        pairs = parse_qsl(raw.decode("ascii"), keep_blank_values=True, max_num_fields=FORM_FIELDS_MAX, errors="strict")
+    except (UnicodeError, ValueError):
+        raise WeaveError(Code.BAD_REQUEST, "the form could not be read") from None
+    fields = dict(pairs)
+    if len(fields) != len(pairs):
+        raise WeaveError(Code.BAD_REQUEST, "a form field was sent more than once")
+    return fields
+
+
+def _require_csrf(sent: str | None, expected: str | None) -> None:
+    if not sent or not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
+        raise WeaveError(Code.FORBIDDEN, "the form's CSRF token is missing or wrong: reload the page and try again")
+
+
+@dataclass(frozen=True)
+class Visit:
+    """Who is looking (a current credential, through its session) and what they sent."""
+
+    principal: auth.Principal
+    csrf: str
+    form: dict[str, str] = field(default_factory=dict)
+
+
+class Console(Resource):
+    def signed_in(self, req: falcon.Request) -> tuple[str, auth.Principal] | None:
+        """The session id and the principal of its credential as it is now, or None."""
+        session_id = _cookie(req, SESSION_COOKIE)
+        if session_id is None or not SESSION_ID.fullmatch(session_id):
+            return None
+        principal = sessions.principal(self.database, _digest(session_id))
+        return None if principal is None else (session_id, principal)
+
+
+def page(summary: str, *scopes: str) -> Callable:
+    """Mark a console responder with its operation and run the API's checks before it.
+
+    A request without a live session is sent to sign in (303). A refusal is a page saying why,
+    with the problem's status."""
+    meta = Operation(summary, scopes=scopes, not_found=Code.WORKFLOW_NOT_FOUND, session=True)
+
+    def mark(responder: Callable) -> Callable:
+        @functools.wraps(responder)
+        def run(self: Console, req: falcon.Request, resp: falcon.Response, **params) -> None:
+            resp.set_headers(SECURITY_HEADERS)
+            visit = None
+            try:
+                check_path_ids(params, meta.not_found)
+                signed_in = self.signed_in(req)
+                if signed_in is None:
+                    next_page = req.relative_uri if req.method == "GET" else None
+                    return _redirect(resp, ROOT + (f"?{urlencode({'next': next_page})}" if next_page else ""))
+                session_id, principal = signed_in
+                visit = Visit(principal, _csrf_token(session_id))
+                if req.method == "POST":
+                    visit = Visit(principal, visit.csrf, read_form(req, self.body_limit))
+                    _require_csrf(visit.form.get("csrf"), visit.csrf)
+                authorize(principal, meta, params, req.method)
+                responder(self, req, resp, visit, **params)
+            except WeaveError as exc:
+                _render(resp, "error.html", exc.code.status, visit=visit, problem=exc, root=ROOT)
+
+        run.operation = meta
+        return run
+
+    return mark
+
+
+# ---- sign-in and sign-out -------------------------------------------------------------------------
+
+
+def _sign_in_form(req, resp, status: int, error: str = "", next_page: str = "", **headers) -> None:
+    """The sign-in form with a fresh CSRF token, which its cookie carries as well (double submit)."""
+    csrf = secrets.token_urlsafe(32)
+    _set_cookie(req, resp, SIGN_IN_COOKIE, csrf, int(sessions.LIFETIME.total_seconds()))
+    resp.set_headers(headers)
+    _render(resp, "sign_in.html", status, visit=None, csrf=csrf, error=error, next_page=next_page, root=ROOT)
+
+
+class SignInForm(Console):
+    @operation("The review console's sign-in form (HTML)", public=True)
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.set_headers(SECURITY_HEADERS)
+        next_page = req.get_param("next") or ""
+        signed_in = self.signed_in(req)
+        if signed_in is not None:
+            return _redirect(resp, next_page if NEXT.fullmatch(next_page) else _list_url(signed_in[1].namespace))
+        _sign_in_form(req, resp, 200, next_page=next_page)
+
+
+class SignIn(Console):
+    @operation("Sign in to the review console with a token (HTML form)", public=True)
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.set_headers(SECURITY_HEADERS)
+        try:
+            form = read_form(req, self.body_limit)
+            _require_csrf(form.get("csrf"), _cookie(req, SIGN_IN_COOKIE))
+        except WeaveError as exc:
+            return _render(resp, "error.html", exc.code.status, visit=None, problem=exc, root=ROOT)
+        token = form.get("token", "").strip()
+        next_page = form.get("next", "")
+        principal = tenancy.authenticate(self.database, auth.token_hash(token)) if 0 < len(token) <= TOKEN_MAX else None
+        if principal is None:
+            challenge = {"WWW-Authenticate": 'Bearer realm="weave"'}
+            return _sign_in_form(req, resp, 401, "The token is unknown, revoked or expired.", next_page, **challenge)
+        if "workflows:read" not in principal.scopes:
+            return _sign_in_form(req, resp, 403, "This credential lacks the scope workflows:read.", next_page)
+        session_id = secrets.token_urlsafe(32)
+        sessions.start(self.database, principal, _digest(session_id))
+        _set_cookie(req, resp, SESSION_COOKIE, session_id, int(sessions.LIFETIME.total_seconds()))
+        resp.unset_cookie(SIGN_IN_COOKIE, path=ROOT, same_site="Strict")
+        _redirect(resp, next_page if NEXT.fullmatch(next_page) else _list_url(principal.namespace))
+
+
+class SignOut(Console):
+    @operation("Sign out of the review console (HTML form)", public=True)
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.set_headers(SECURITY_HEADERS)
+        session_id = _cookie(req, SESSION_COOKIE)
+        if session_id is not None and SESSION_ID.fullmatch(session_id):
+            try:
+                _require_csrf(read_form(req, self.body_limit).get("csrf"), _csrf_token(session_id))
+            except WeaveError as exc:
+                return _render(resp, "error.html", exc.code.status, visit=None, problem=exc, root=ROOT)
+            sessions.end(self.database, _digest(session_id))
+        resp.unset_cookie(SESSION_COOKIE, path=ROOT, same_site="Strict")
+        _redirect(resp, ROOT)
+
+
+class Stylesheet:
+    @operation("The review console's stylesheet", public=True)
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.content_type = "text/css; charset=utf-8"
+        resp.data = _STYLESHEET
+        resp.set_header("X-Content-Type-Options", "nosniff")
+        resp.cache_control = ["max-age=300"]
+
+
+# ---- pages ------------------------------------------------------------------------------------------
+
+
+class WorkflowList(Console):
+    @page("The review console's workflow list (HTML)", "workflows:read")
+    def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str) -> None:
+        principal = visit.principal
+        problem = None
+        try:
+            status = query_text(req, "status", STATUSES.__contains__, f"one of {', '.join(STATUSES)}")
+            definition = query_text(
+                req, "definition", DEFINITION_NAME.fullmatch, "a definition name (1-128 of A-Za-z0-9_.-)"
+            )
+            after = req.get_param("after") or ""
+            after = int(after) if after.isascii() and after.isdigit() and len(after) <= 20 else None
+        except WeaveError as exc:
+            problem, status, definition, after = exc, None, None, None
+        in_review, more_in_review = [], None
+        if status is None and after is None:  # the work first: what waits for an operator
+            in_review, more_in_review = instances.list_workflows(
+                self.database, principal, "NEEDS_REVIEW", definition, None, LIST_PAGE
+            )
+        rows, next_after = instances.list_workflows(self.database, principal, status, definition, after, LIST_PAGE)
+        _render(
+            resp,
+            "workflows.html",
+            422 if problem else 200,
+            visit=visit,
+            root=ROOT,
+            namespace=namespace,
+            problem=problem,
+            statuses=STATUSES,
+            status=status or "",
+            definition=definition or "",
+            in_review=in_review,
+            review_queue=status is None and after is None,
+            more_in_review=more_in_review is not None,
+            rows=rows,
+            next_url=_list_url(namespace, status=status, definition=definition, after=next_after),
+            has_next=next_after is not None,
+            review_url=_list_url(namespace, status="NEEDS_REVIEW", definition=definition),
+            reason_words=words.review_reason,
+            workflow_url=functools.partial(_workflow_url, namespace),
+        )
+
+
+@dataclass
+class Refusal:
+    """A refused action, shown on the page: which form, the message by field, the values sent."""
+
+    form: str
+    messages: dict[str, list[str]]
+    values: dict[str, str]
+
+
+class WorkflowPage(Console):
+    @page("The review console's page of one workflow (HTML)", "workflows:read")
+    def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str, workflow_id: str):
+        show_workflow(
+            self.database,
+            resp,
+            visit,
+            namespace,
+            workflow_id,
+            done=req.get_param("done") or "",
+            watch=req.get_param("watch") == "1",
+        )
+
+
+def show_workflow(
+    database,
+    resp: falcon.Response,
+    visit: Visit,
+    namespace: str,
+    workflow_id: str,
+    status: int = 200,
+    refusal: Refusal | None = None,
+    done: str = "",
+    watch: bool = False,
+) -> None:
+    record = records.read_record(database, visit.principal, workflow_id)
+    facts = record.facts
+    instance = facts.instance
+    steps = facts.document["steps"]
+    under_review = next((key for key, a in facts.activations.items() if a["status"] == "NEEDS_REVIEW"), None)
+    signals = [
+        {**row, "kind": words.signal_outcome(row)[0], "words": words.signal_outcome(row)[1]} for row in record.signals
+    ]
+    ended = instance["status"] in timeline.TERMINAL
+    _render(
+        resp,
+        "workflow.html",
+        status,
+        visit=visit,
+        root=ROOT,
+        namespace=namespace,
+        instance=instance,
+        steps=steps,
+        latest=facts.activations,
+        waits_by_activation=facts.waits,
+        tasks_by_activation=facts.tasks,
+        under_review=under_review,
+        review_reason=words.review_reason(instance["review_reason"]),
+        step_reason=words.review_reason,
+        drawing=timeline.draw(
+            steps, instance, record.activations, record.waits, record.tasks, record.signals, record.now
+        ),
+        mark_kinds=words.MARK_KINDS,
+        signals=signals,
+        rounds=[t for t in record.tasks if t["kind"] == "QUERY"],
+        activation_of={a["id"]: a for a in record.activations},
+        history=record.history,
+        more_history=record.more_history,
+        refusal=refusal,
+        done=DONE.get(done, ""),
+        watch=watch and not ended,
+        watch_seconds=WATCH_SECONDS,
+        ended=ended,
+        url=_workflow_url(namespace, workflow_id),
+        watch_url=_workflow_url(namespace, workflow_id, watch="1"),
+        can_control="workflows:control" in visit.principal.scopes,
+        can_review="workflows:review" in visit.principal.scopes,
+        read_only=visit.principal.application_status != "ACTIVE",
+        list_url=_list_url(namespace),
+    )
+
+
+def _refused(exc: WeaveError, form: str, values: dict[str, str]) -> Refusal:
+    """The problem's messages by the form field its pointers name ("" for the form as a whole)."""
+    messages: dict[str, list[str]] = {}
+    for error in exc.errors:
+        pointer = error["pointer"]
+        name = pointer.lstrip("/").split("/", 1)[0]
+        if name in values:
+            messages.setdefault(name, []).append(
+                error["message"] if pointer == f"/{name}" else f"{pointer}: {error['message']}"
+            )
+        else:
+            messages.setdefault("", []).append(f"{pointer or '/'}: {error['message']}")
+    return Refusal(form, messages or {"": [exc.detail]}, values)
+
+
+class WorkflowAction(Console):
+    """The actions' shared answer: the unit's result is the updated page (303), a refusal the page
+    with the problem next to the field (the problem's status)."""
+
+    def act(self, resp, visit: Visit, namespace: str, workflow_id: str, action: str, run: Callable) -> None:
+        values = {name: visit.form.get(name, "") for name in ("reason", "result")}  # the fields people type in
+        try:
+            run()
+        except WeaveError as exc:
+            if exc.code in (Code.WORKFLOW_NOT_FOUND, Code.FORBIDDEN):
+                raise  # not a problem with the form: the page itself is refused
+            return show_workflow(
+                self.database, resp, visit, namespace, workflow_id, exc.code.status, _refused(exc, action, values)
+            )
+        _redirect(resp, _workflow_url(namespace, workflow_id, done=action))
+
+
+class WorkflowControl(WorkflowAction):
+    """Pause, resume, cancel: the API's R1 operation as a form."""
+
+    def __init__(self, database, body_limit: int, action: str):
+        super().__init__(database, body_limit)
+        self.action = action
+
+    @page("Pause, resume or cancel a workflow from the review console (HTML form)", "workflows:control")
+    def on_post(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str, workflow_id: str):
+        def run() -> None:
+            body = {"reason": visit.form.get("reason", "")}
+            schemas.validate("control", body)
+            engine.control(self.database, visit.principal, workflow_id, self.action, body["reason"])
+
+        self.act(resp, visit, namespace, workflow_id, self.action, run)
+
+
+class WorkflowReview(WorkflowAction):
+    """retry_step, complete_step (with a JSON result), fail: the API's R2 operation as a form."""
+
+    @page("Review a workflow from the review console (HTML form)", "workflows:review")
+    def on_post(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str, workflow_id: str):
+        action = visit.form.get("action", "")
+
+        def run() -> None:
+            body = {"action": action, "reason": visit.form.get("reason", "")}
+            if visit.form.get("step_key"):
+                body["step_key"] = visit.form["step_key"]
+            if action == review_rules.COMPLETE_STEP:
+                body["result"] = _json_field(visit.form.get("result", ""), "/result")
+                bounded_value_text(body["result"], "/result")
+            schemas.validate("review", body)
+            engine.review(
+                self.database,
+                visit.principal,
+                workflow_id,
+                action,
+                body.get("step_key"),
+                body.get("result", signal_rules.ABSENT),
+                body["reason"],
+            )
+
+        self.act(resp, visit, namespace, workflow_id, action, run)
+
+
+def _json_field(text: str, pointer: str):
+    """A form field holding JSON, read exactly as an API body is (numbers kept as written)."""
+    if not text.strip():
+        raise WeaveError(Code.VALIDATION_FAILED, f"{pointer}: required", [{"pointer": pointer, "message": "required"}])
+    try:
+        return jsontext.loads(text)
+    except jsontext.JsonRejected as exc:
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            f"{pointer}: not acceptable JSON: {exc}",
+            [{"pointer": pointer, "message": f"not acceptable JSON: {exc}"}],
+        ) from None
+
+
+def routes(database, config) -> list[tuple[str, object]]:
+    """The console's routes (SPEC §11 `/console/…`); `{namespace}` is the URL's `{ns}`."""
+    limit = config.max_body_bytes
+    ns = f"{ROOT}/ns/{{namespace}}"
+    return [
+        (ROOT, SignInForm(database, limit)),
+        (f"{ROOT}/sign-in", SignIn(database, limit)),
+        (f"{ROOT}/sign-out", SignOut(database, limit)),
+        (f"{ROOT}/style.css", Stylesheet()),
+        (f"{ns}/workflows", WorkflowList(database, limit)),
+        (f"{ns}/workflows/{{workflow_id}}", WorkflowPage(database, limit)),
+        *[
+            (f"{ns}/workflows/{{workflow_id}}/{action}", WorkflowControl(database, limit, action))
+            for action in ("pause", "resume", "cancel")
+        ],
+        (f"{ns}/workflows/{{workflow_id}}/review", WorkflowReview(database, limit)),
+    ]
