@@ -265,7 +265,7 @@ CREDENTIAL = ("admin", "credential", "create", "shop", "web", "--scope", "workfl
         ),
         (
             ("admin", "namespace", "create", "shop2", "--database-url", "mysql://h:99999/db"),
-            "argument --database-url: Port out of range 0-65535",
+            "argument --database-url: database URL: '99999' is not a port",
         ),
         (
             ("admin", "namespace", "create", "shop2", "--database-url", "mysql://u:secret@h/"),
