@@ -286,7 +286,7 @@ def test_admin_arguments_are_checked_before_anything_runs(shop, capsys, argv, re
 def test_the_database_url_from_the_environment_is_checked_like_the_flag(monkeypatch, capsys):
     monkeypatch.setenv("WEAVE_DATABASE_URL", "mysql://user:secret@host:port/db")
     reason = refused(capsys, "admin", "namespace", "create", "shop")
-    assert reason == "WEAVE_DATABASE_URL: Port could not be cast to integer value as 'port'"
+    assert reason == "WEAVE_DATABASE_URL: database URL: 'port' is not a port"
     assert "secret" not in reason
 
 
