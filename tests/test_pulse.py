@@ -173,7 +173,10 @@ def test_p3_a_lease_token_that_is_not_ascii_gets_lease_lost_not_500(flow, wrong)
     start_tasks(flow, 1)
     task = flow.claim().json
     before = flow.rows("SELECT status, attempt, lease_token, lease_expires_at FROM tasks")
-    for refused in (flow.heartbeat({**task, "lease_token": wrong}), flow.complete({**task, "lease_token": wrong}, result={})):
+    for refused in (
+        flow.heartbeat({**task, "lease_token": wrong}),
+        flow.complete({**task, "lease_token": wrong}, result={}),
+    ):
         assert (refused.status_code, refused.json["code"]) == (409, "LEASE_LOST"), refused.text
     assert flow.rows("SELECT status, attempt, lease_token, lease_expires_at FROM tasks") == before
     assert flow.complete(task, result={}).status_code == 200
