@@ -132,6 +132,7 @@ class World:
         self.serial = itertools.count(1)
         self.post("acme", "/definitions", definition("flow"))
         self.foreign = self._globex_objects()
+        self.globex_marks = ['"globex"', '"globex-w1"', '"globex-flow"', self.foreign["lease_token"]]
 
     # -- requests as the world's own client, which must succeed
     def post(self, namespace: str, path: str, body, headers=None, ok=(200, 201)) -> dict:
@@ -190,16 +191,16 @@ class World:
     def _globex_objects(self) -> dict[str, str]:
         """Real ids of globex: a definition, a workflow with a signal, a task leased with its token."""
         owner = self.globex.headers(*auth.SCOPES, queues=("inventory", "gqueue"))
-        self.post("globex", "/definitions", definition("gflow", ("inventory", "gqueue")), owner)
-        start = {"definition": "gflow", "version": 1, "input": {"order_id": "o-1"}, "deadline_seconds": 86400}
-        self.post("globex", "/workflows", {**start, "workflow_id": "g1"}, owner)
+        self.post("globex", "/definitions", definition("globex-flow", ("inventory", "gqueue")), owner)
+        start = {"definition": "globex-flow", "version": 1, "input": {"order_id": "o-1"}, "deadline_seconds": 86400}
+        self.post("globex", "/workflows", {**start, "workflow_id": "globex-w1"}, owner)
         self.scan()
-        signal = self.post("globex", "/workflows/g1/signals", payment(), {**owner, "Idempotency-Key": "k"})
+        signal = self.post("globex", "/workflows/globex-w1/signals", payment(), {**owner, "Idempotency-Key": "k"})
         task = self.post("globex", "/queues/inventory/claim", {"worker_id": "g", "lease_seconds": 600}, owner)
         return {
             "namespace": "globex",
-            "name": "gflow",
-            "workflow_id": "g1",
+            "name": "globex-flow",
+            "workflow_id": "globex-w1",
             "signal_id": signal["signal_id"],
             "task_id": task["task_id"],
             "lease_token": task["lease_token"],
@@ -330,6 +331,8 @@ def send(w: World, op, call: Call, headers: dict | None, dimension: str, raw: by
     result = w.client.simulate_request(method, url(template, call.params), query_string=query, **kwargs)
     SENT[dimension] += 1
     assert result.status_code < 500, (op, result.status_code, result.text)
+    if result.status_code < 300:  # nothing of globex's, however it is asked for
+        assert not [mark for mark in w.globex_marks if mark in result.text], (op, result.text)
     if result.status_code >= 400:
         assert result.headers["content-type"] == "application/problem+json", result.text
         assert result.json["status"] == result.status_code
