@@ -785,6 +785,38 @@ def targets(op, call: Call) -> list[tuple[str, str, bool]]:
     return found
 
 
+def max_lengths(schema: dict) -> dict[str, set[int]]:
+    """Property name -> the maxLength its string schemas declare, anywhere in a request schema."""
+    found: dict[str, set[int]] = collections.defaultdict(set)
+    defs = schema.get("$defs", {})
+
+    def walk(node):
+        if isinstance(node, dict):
+            for name, sub in node.get("properties", {}).items():
+                if isinstance(sub, dict) and "$ref" in sub:
+                    sub = defs[sub["$ref"].rsplit("/", 1)[1]]
+                if isinstance(sub, dict) and "maxLength" in sub:
+                    found[name].add(sub["maxLength"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return found
+
+
+def longest(op, where: str, pointer: str, is_name: bool) -> list[str]:
+    """Strings as long as the field's maxLength allows: 4-byte characters (a column sized in
+    bytes, or in characters of a 3-byte charset, would refuse or cut them) and quotes."""
+    meta = OPERATIONS[op]
+    if where != "body" or is_name or not meta.request:
+        return []
+    name = pointer.rsplit("/", 1)[1].replace("~1", "/").replace("~0", "~")
+    return [text * size for size in max_lengths(schemas.schema(meta.request)).get(name, ()) for text in ("🙂", "'")]
+
+
 def hostile(call: Call, where: str, pointer: str, is_name: bool, text: str | bytes) -> Call:
     """The call with `text` in the string at (where, pointer); bytes go on the wire as they are."""
     if where == "body":
@@ -811,7 +843,7 @@ def test_hostile_text_in_every_string_is_stored_verbatim_or_refused_with_4xx_nev
         call = make(world)
         before = snapshot(world.database, weave_tables)
         for where, pointer, is_name in targets(op, call):
-            for text in HOSTILE:
+            for text in HOSTILE + longest(op, where, pointer, is_name):
                 result = send(world, op, hostile(call, where, pointer, is_name, text), None, "hostile text")
                 if result.status_code < 300:
                     verdicts["stored"] += 1
@@ -893,6 +925,13 @@ def test_no_log_line_of_a_real_server_holds_a_token(world, database, migrated_ur
                 answers[answer.status] += 1
                 assert answer.status < 500, answer
                 SENT["real server"] += 1
+        # The serving process keeps no credential state: it refuses the token that just got in.
+        read = request("GET", f"{ns}/workflows/{workflow_id}", f"Authorization: Bearer {current}")
+        assert exchange(port, read).status == 200
+        tenancy.revoke_credential(
+            database, "acme", tenancy.authenticate(database, auth.token_hash(current)).credential_id
+        )
+        assert exchange(port, read).status == 401
     logged = log_path.read_text()
     refused_by_waitress = logged.count("refused before the application")
     assert "serving on" in logged and refused_by_waitress >= 7 * len(tokens), logged  # the log was written
