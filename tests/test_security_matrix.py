@@ -447,6 +447,8 @@ def member_names(value) -> set[str]:
 
 
 def test_every_served_operation_has_a_call_and_the_openapi_document_lists_exactly_them(client):
+    missing = sorted(set(OPERATIONS) - set(CALLS))
+    assert not missing, f"add to CALLS how to make a real, successful request of {missing}"
     assert set(CALLS) == set(OPERATIONS)
     document = client.simulate_get("/v1/openapi.json").json
     documented = {(method.upper(), path) for path, operations in document["paths"].items() for method in operations}
@@ -871,6 +873,7 @@ def test_hostile_text_in_every_string_is_stored_verbatim_or_refused_with_4xx_nev
 # ---- the log of a real `weave serve` -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_no_log_line_of_a_real_server_holds_a_token(world, database, migrated_url, tmp_path):
     """Over real HTTP to a `weave serve` process: current, revoked, expired, unknown tokens and
     the stored hash as a token, each in the Authorization header, the query, the path, an
