@@ -35,7 +35,6 @@ from __future__ import annotations
 import base64
 import collections
 import hashlib
-import io
 import itertools
 import json
 import logging
@@ -45,7 +44,7 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 import pytest
-from helpers import make_tenant, payment, signal_flow_definition
+from helpers import captured_log, make_tenant, payment, signal_flow_definition
 from test_authorization import CONFIG, mounted, responders
 from test_http_errors import exchange, request
 from test_server import weave_serve
@@ -381,17 +380,8 @@ def no_token_in_the_log(monkeypatch):
         return minted[-1]
 
     monkeypatch.setattr(auth, "new_token", minting)
-    buffer = io.StringIO()
-    handler = logs.handler(buffer)
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
+    with captured_log(logging.DEBUG) as buffer:
         yield buffer
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
     logged = buffer.getvalue()
     SENT["log lines checked"] += len(logged.splitlines())
     leaked = [form for token in minted for form in secret_forms(token) if form in logged]
@@ -406,13 +396,9 @@ def world(client, database) -> World:
 # ---- the matrix covers everything the app serves ------------------------------------------------------
 
 
-def free_and_string_fields(schema: dict) -> tuple[set[str], set[str]]:
-    """(names of properties taking any JSON, names of properties taking a string) in a request schema.
-
-    A property whose schema is only a description takes any JSON value: its strings and member
-    names are the client's; an enum of strings counts as a string field (a wrong one is refused)."""
-    free: set[str] = set()
-    strings: set[str] = set()
+def properties(schema: dict):
+    """(name, schema) of every property declared anywhere in a request schema (`if`/`then`
+    branches included), a local `$ref` resolved; `true` (declared elsewhere) is left out."""
     defs = schema.get("$defs", {})
 
     def walk(node):
@@ -420,21 +406,31 @@ def free_and_string_fields(schema: dict) -> tuple[set[str], set[str]]:
             for name, sub in node.get("properties", {}).items():
                 if isinstance(sub, dict) and "$ref" in sub:
                     sub = defs[sub["$ref"].rsplit("/", 1)[1]]
-                if not isinstance(sub, dict):
-                    continue  # `true`: declared elsewhere in the same object
-                kinds = sub.get("type", [])
-                kinds = [kinds] if isinstance(kinds, str) else kinds
-                if "string" in kinds or "enum" in sub:
-                    strings.add(name)
-                elif not kinds or "object" in kinds and "properties" not in sub:
-                    free.add(name)
+                if isinstance(sub, dict):
+                    yield name, sub
             for value in node.values():
-                walk(value)
+                yield from walk(value)
         elif isinstance(node, list):
             for value in node:
-                walk(value)
+                yield from walk(value)
 
-    walk(schema)
+    yield from walk(schema)
+
+
+def free_and_string_fields(schema: dict) -> tuple[set[str], set[str]]:
+    """(names of properties taking any JSON, names of properties taking a string) in a request schema.
+
+    A property whose schema is only a description takes any JSON value: its strings and member
+    names are the client's; an enum of strings counts as a string field (a wrong one is refused)."""
+    free: set[str] = set()
+    strings: set[str] = set()
+    for name, sub in properties(schema):
+        kinds = sub.get("type", [])
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if "string" in kinds or "enum" in sub:
+            strings.add(name)
+        elif not kinds or "object" in kinds and "properties" not in sub:
+            free.add(name)
     return free, strings
 
 
@@ -790,22 +786,9 @@ def targets(op, call: Call) -> list[tuple[str, str, bool]]:
 def max_lengths(schema: dict) -> dict[str, set[int]]:
     """Property name -> the maxLength its string schemas declare, anywhere in a request schema."""
     found: dict[str, set[int]] = collections.defaultdict(set)
-    defs = schema.get("$defs", {})
-
-    def walk(node):
-        if isinstance(node, dict):
-            for name, sub in node.get("properties", {}).items():
-                if isinstance(sub, dict) and "$ref" in sub:
-                    sub = defs[sub["$ref"].rsplit("/", 1)[1]]
-                if isinstance(sub, dict) and "maxLength" in sub:
-                    found[name].add(sub["maxLength"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(schema)
+    for name, sub in properties(schema):
+        if "maxLength" in sub:
+            found[name].add(sub["maxLength"])
     return found
 
 
