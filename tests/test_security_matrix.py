@@ -39,7 +39,7 @@ import itertools
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from urllib.parse import quote
 
@@ -515,7 +515,7 @@ def substitutions(op, call: Call, w: World):
             body["definition"] = value
         if field_name == "name" and "definition" in query:
             query["definition"] = value
-        return Call(params, body, query, call.headers, call.ok)
+        return replace(call, params=params, body=body, query=query)
 
     fields = ["namespace", *call.params]
     if (isinstance(call.body, dict) and "definition" in call.body) or "definition" in call.query:
@@ -805,20 +805,13 @@ def longest(op, where: str, pointer: str, is_name: bool) -> list[str]:
 def hostile(call: Call, where: str, pointer: str, is_name: bool, text: str | bytes) -> Call:
     """The call with `text` in the string at (where, pointer); bytes go on the wire as they are."""
     if where == "body":
-        return Call(
-            call.params,
-            with_string(call.body, pointer, is_name, text),
-            call.query,
-            call.headers,
-            call.ok,
-            call.workflow_id,
-        )
+        return replace(call, body=with_string(call.body, pointer, is_name, text))
     if where == "query":
-        return Call(call.params, call.body, {**call.query, pointer: text}, call.headers, call.ok, call.workflow_id)
+        return replace(call, query={**call.query, pointer: text})
     if where == "header":  # as a WSGI server hands header bytes over: latin-1
         wire = (text if isinstance(text, bytes) else text.encode()).decode("latin-1")
-        return Call(call.params, call.body, call.query, {**call.headers, pointer: wire}, call.ok, call.workflow_id)
-    return Call({**call.params, pointer: text}, call.body, call.query, call.headers, call.ok, call.workflow_id)
+        return replace(call, headers={**call.headers, pointer: wire})
+    return replace(call, params={**call.params, pointer: text})
 
 
 @by_operation
