@@ -221,7 +221,8 @@ def _lock_leased_task(tx: Tx, task_id: int, lease_token: str) -> dict:
     if (
         task["status"] != "RUNNING"
         or task["lease_token"] is None
-        or not secrets.compare_digest(task["lease_token"], lease_token)
+        # As bytes: `compare_digest` refuses str that is not ASCII, and the client's token may be anything.
+        or not secrets.compare_digest(task["lease_token"].encode(), lease_token.encode("utf-8"))
         or task["lease_expires_at"] <= now
     ):
         raise WeaveError(Code.LEASE_LOST, f"task {task_id} is not leased with this token any more")
