@@ -51,6 +51,7 @@ from test_server import weave_serve
 
 from weave import auth, logs, schemas
 from weave.app import create_app
+from weave.console.pages import ROOT as CONSOLE_ROOT
 from weave.http import Operation
 from weave.scanner import Scanner
 from weave.sql import tenancy
@@ -62,11 +63,14 @@ SENT: collections.Counter = collections.Counter()  # requests sent, by dimension
 
 
 def served_operations() -> dict[tuple[str, str], Operation]:
-    """(method, URI template) -> its `@operation`, for every responder of every mounted route."""
+    """(method, URI template) -> its `@operation`, for every responder of every mounted route of the
+    API. The console's pages sign in with a cookie, not a token, and answer in HTML: the same checks
+    on them (another namespace, scopes, revocation, CSRF) are in tests/test_console.py."""
     return {
         (name.removeprefix("on_").upper(), path): responder.operation
         for path, resource in mounted(create_app(CONFIG))
         for name, responder in responders(resource).items()
+        if not path.startswith(CONSOLE_ROOT)
     }
 
 
