@@ -10,12 +10,12 @@ from fractions import Fraction
 
 import pytest
 import re2
+from helpers import payment, signal_flow_definition
 from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
+from test_schemas_linear import quickly
 
-from tests.helpers import payment, signal_flow_definition
-from tests.test_schemas_linear import quickly
 from weave.rules import signals as signal_rules
 from weave.schemas import budget, errors_of, linear
 from weave.schemas.payload import is_multiple, payload_errors, validator
