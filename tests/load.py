@@ -107,10 +107,10 @@ class Api:
         self.calls.record(route, answer)
         return answer
 
-    def until_answered(self, stop: threading.Event, route: str, method: str, path: str, token: str, **kwargs):
-        """The call, sent again while it answers 503 (or not at all); None if `stop` came first."""
+    def until_answered(self, stop: threading.Event, *args, **kwargs):
+        """`call(*args, **kwargs)`, sent again while it answers 503 (or not at all); None if `stop` came first."""
         while not stop.is_set():
-            answer = self.call(route, method, path, token, **kwargs)
+            answer = self.call(*args, **kwargs)
             if answer is not None and answer.status != 503:
                 return answer
             stop.wait(RETRY_PAUSE_SECONDS)
@@ -178,6 +178,10 @@ class Workload:
                 self._to_signal.append(order)
             self.stop.wait(self.start_pause)
 
+    def signal_call(self, route: str, order: str, key: str, body: dict) -> tuple:
+        """The arguments of `Api.call` that send `body` to `order` with the idempotency key `key`."""
+        return route, "POST", f"/workflows/{order}/signals", self.tokens["signaller"], body, {"Idempotency-Key": key}
+
     def _signal_some(self) -> None:
         """Take started instances, oldest first, and send each one's signals, until all are sent."""
         while not self.stop.is_set() and self.signalled < self.instances:
@@ -190,15 +194,7 @@ class Workload:
             sends = [("pay-1", order, 10.0), ("pay-1", order, 10.0), ("pay-2", order, 20.0), ("other", "x", 1.0)]
             for key, correlation, amount in sends:
                 body = payment_body(order, correlation, amount)
-                answer = self.api.until_answered(
-                    self.stop,
-                    "signal",
-                    "POST",
-                    f"/workflows/{order}/signals",
-                    self.tokens["signaller"],
-                    body=body,
-                    headers={"Idempotency-Key": key},
-                )
+                answer = self.api.until_answered(self.stop, *self.signal_call("signal", order, key, body))
                 if answer is None:
                     return
                 assert answer.status == 201, answer.body
@@ -336,14 +332,7 @@ def check_outcome(database: Database, api: Api, workload: Workload) -> dict:
     by_key = {(r["instance_id"], r["idempotency_key"]): r for r in rows["signals"]}
     assert len(by_key) == len(rows["signals"]) == len(workload.receipts)
     for (order, key), (body, receipt) in workload.receipts.items():
-        replay = api.call(
-            "replay",
-            "POST",
-            f"/workflows/{order}/signals",
-            workload.tokens["signaller"],
-            body=body,
-            headers={"Idempotency-Key": key},
-        )
+        replay = api.call(*workload.signal_call("replay", order, key, body))
         assert replay.status == 201 and replay.body == receipt, (order, key, replay.body, receipt)
         assert replay.headers.get("idempotent-replayed") == "true"
         stored = by_key[(instances[order]["id"], key)]

@@ -13,20 +13,9 @@ from __future__ import annotations
 
 import time
 
+import load
 import pytest
 from helpers import wait_until
-from load import (
-    Api,
-    Calls,
-    Workload,
-    all_succeeded,
-    check_outcome,
-    prepare,
-    scan_process,
-    serve_process,
-    stop_processes,
-    wait_for_api,
-)
 
 from weave import migrate
 from weave.db import Database, DatabaseUrl
@@ -61,17 +50,17 @@ def test_sigkill_of_the_database_under_load_loses_nothing_and_everything_recover
     migrate.ensure_database(url)
     migrate.apply(url)
     database = Database(url)
-    tokens = prepare(database)
+    tokens = load.prepare(database)
     port = free_port()
     processes = [
-        serve_process(url.yoyo_url(), port, tmp_path / "serve.log"),
-        *(scan_process(url.yoyo_url(), tmp_path / f"scan-{i}.log") for i in range(2)),
+        load.serve_process(url.yoyo_url(), port, tmp_path / "serve.log"),
+        *(load.scan_process(url.yoyo_url(), tmp_path / f"scan-{i}.log") for i in range(2)),
     ]
     try:
-        wait_for_api(port)
-        calls = Calls()
-        api = Api(port, "acme", calls)
-        workload = Workload(api, tokens, INSTANCES, start_pause=0.1)
+        load.wait_for_api(port)
+        calls = load.Calls()
+        api = load.Api(port, "acme", calls)
+        workload = load.Workload(api, tokens, INSTANCES, start_pause=0.1)
         started = time.monotonic()
         workload.run()
         down_answers = []
@@ -92,16 +81,16 @@ def test_sigkill_of_the_database_under_load_loses_nothing_and_everything_recover
             # the API recovers at once: its pool's dead connections are not tried one by one
             answer = api.call("after-restart", "GET", "/workflows/o-0", tokens["starter"])
             assert answer is not None and answer.status == 200, answer
-        wait_until(lambda: all_succeeded(database, INSTANCES), timeout=120, pause=0.5)
+        wait_until(lambda: load.all_succeeded(database, INSTANCES), timeout=120, pause=0.5)
         workload.join()
         drained = time.monotonic() - started
         # API and scanners recovered by themselves: the very processes started above
         assert [p.poll() for p in processes] == [None] * len(processes)
-        figures = check_outcome(database, api, workload)
+        figures = load.check_outcome(database, api, workload)
         assert calls.bad == [], calls.bad[:10]
         assert calls.count(503) > len(down_answers)  # the workload met the outage too
     finally:
-        stop_processes(processes)
+        load.stop_processes(processes)
         database.close()
     print(
         f"database SIGKILLed {KILLS} times, down {DOWN_SECONDS} s each; answers while down in "

@@ -19,21 +19,10 @@ import re
 import threading
 import time
 
+import load
 import pytest
 from faultproxy import FaultProxy
 from helpers import use_real_time, wait_until
-from load import (
-    Api,
-    Calls,
-    Workload,
-    all_succeeded,
-    check_outcome,
-    prepare,
-    scan_process,
-    serve_process,
-    stop_processes,
-    wait_for_api,
-)
 
 from weave.db import DatabaseUrl
 from weave.devdb import free_port
@@ -59,20 +48,23 @@ ATTEMPTS = {
 
 def test_two_percent_of_connections_cut_under_a_mixed_workload(database, clock, migrated_url, tmp_path):
     use_real_time(database, clock)
-    tokens = prepare(database)
+    tokens = load.prepare(database)
     proxy = FaultProxy(migrated_url.port, seed=14, upstream_host=migrated_url.host).start()
     through_proxy = DatabaseUrl(
         "127.0.0.1", proxy.port, migrated_url.user, migrated_url.password, migrated_url.database
     ).yoyo_url()
     port = free_port()
     logs = [tmp_path / "serve.log", tmp_path / "scan-0.log", tmp_path / "scan-1.log"]
-    processes = [serve_process(through_proxy, port, logs[0]), *(scan_process(through_proxy, log) for log in logs[1:])]
+    processes = [
+        load.serve_process(through_proxy, port, logs[0]),
+        *(load.scan_process(through_proxy, log) for log in logs[1:]),
+    ]
     stalls = threading.Event()
     try:
-        wait_for_api(port)
-        calls = Calls()
-        api = Api(port, "acme", calls)
-        workload = Workload(api, tokens, INSTANCES, start_pause=0.1)
+        load.wait_for_api(port)
+        calls = load.Calls()
+        api = load.Api(port, "acme", calls)
+        workload = load.Workload(api, tokens, INSTANCES, start_pause=0.1)
         proxy.faults(cut_rate=CUT_RATE, delay_rate=DELAY_RATE, max_delay=MAX_DELAY)
         started = time.monotonic()
         workload.run()
@@ -84,18 +76,18 @@ def test_two_percent_of_connections_cut_under_a_mixed_workload(database, clock, 
         proxy.faults()  # the faults stop: everything must drain
         faulty = time.monotonic() - started
         faults = dict(proxy.counts)
-        wait_until(lambda: all_succeeded(database, INSTANCES), timeout=120, pause=0.5)
+        wait_until(lambda: load.all_succeeded(database, INSTANCES), timeout=120, pause=0.5)
         workload.join()
         drained = time.monotonic() - started - faulty
         assert [p.poll() for p in processes] == [None] * len(processes)
-        figures = check_outcome(database, api, workload)
+        figures = load.check_outcome(database, api, workload)
         assert calls.bad == [], calls.bad[:10]
         # no task ran twice, and no worker was told its lease was lost: a claim or a completion
         # whose COMMIT lost its answer was answered as it had committed (docs/decisions.md)
         assert figures["task_attempts"] == figures["tasks"] and figures["lease_lost"] == 0, figures
     finally:
         stalls.set()
-        stop_processes(processes)
+        load.stop_processes(processes)
         proxy.close()
     failures = check_backoffs(database, [log.read_text() for log in logs[1:]])
     assert faults["cuts"] >= 20, faults  # enough faults to mean something
