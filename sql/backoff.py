@@ -24,10 +24,17 @@ class Source:
 
 @unit_of_work
 def record_failure(tx: Tx, source: Source, source_id: int, error: str) -> datetime | None:
-    """Returns the new `available_at`, or None when the row is gone (it was processed after all)."""
+    """Returns the new `available_at`, or None when the row is gone (it was processed after all).
+
+    A re-run after a COMMIT whose answer was lost finds the count one above what the earlier
+    attempt read, and does not count the failure twice."""
     row = tx.one(source.lock, (source_id,))
     if row is None:
         return None
+    seen = tx.memo.get("seen")
+    if tx.maybe_committed and seen is not None and row["attempts"] == seen["attempts"] + 1:
+        return seen["available_at"]
     available_at = tx.now() + pulse.retry_delay(row["attempts"] + 1)
+    tx.memo["seen"] = {"attempts": row["attempts"], "available_at": available_at}
     tx.transition(source.record, (error[:MAX_ERROR_CHARS], available_at, source_id), f"back off source row {source_id}")
     return available_at

@@ -124,6 +124,12 @@ UPDATE tasks SET status = 'RUNNING', attempt = attempt + 1, lease_token = %s, le
                  worker_id = %s
 WHERE id = %s AND status = 'QUEUED'
 """
+# A claim re-run after a COMMIT whose answer was lost looks for the task its earlier attempt may have
+# started (db.py): a running task of the queue holds a permit, so at most max_permits rows are read.
+SELECT_STARTED_WITH_TOKEN = """
+SELECT id, instance_id, activation_id, kind, attempt - 1 AS attempt, max_attempts, deadline_at, lease_expires_at
+FROM tasks WHERE queue_id = %s AND status = 'RUNNING' AND lease_token = %s
+"""
 SELECT_TASK_CONTEXT = """
 SELECT i.workflow_id, i.input, a.step_key, a.activation_sequence
 FROM step_activations a JOIN instances i ON i.id = a.instance_id
@@ -151,21 +157,27 @@ class ClaimedTask:
 def claim_task(
     tx: Tx, namespace_id: int, queue: str, worker_id: str, lease_seconds: int, credential_id: int, actor: str
 ) -> ClaimedTask | None:
-    """P2: take a permit and the oldest available QUEUED task of `queue`, or None."""
+    """P2: take a permit and the oldest available QUEUED task of `queue`, or None.
+
+    The lease token is chosen once per call: a re-run after a COMMIT whose answer was lost finds
+    the task that the earlier attempt started with it, and answers that claim again."""
+    token = tx.memo.setdefault("lease_token", secrets.token_hex(16))
     queue_row = tx.one(LOCK_QUEUE_BY_NAME, (namespace_id, queue))
     if queue_row is None:
         raise WeaveError(Code.NOT_FOUND, f"queue {queue!r} does not exist")
+    if tx.maybe_committed:
+        task = tx.one(SELECT_STARTED_WITH_TOKEN, (queue_row["id"], token))
+        if task is not None:
+            return _claimed(tx, queue, task, token, task["lease_expires_at"])
     if queue_row["permits_in_use"] >= queue_row["max_permits"]:
         return None
     now = tx.now()
     task = tx.one(CLAIM_NEXT_TASK, (queue_row["id"], now))
     if task is None:
         return None
-    token = secrets.token_hex(16)
     lease_expires_at = now + timedelta(seconds=lease_seconds)
     tx.transition(START_TASK, (token, lease_expires_at, worker_id, task["id"]), f"start task {task['id']}")
     tx.transition(TAKE_PERMIT, (queue_row["id"],), f"take a permit of queue {queue_row['id']}")
-    context = tx.one(SELECT_TASK_CONTEXT, (task["activation_id"],))
     audit.record(
         tx,
         namespace_id,
@@ -175,6 +187,12 @@ def claim_task(
         instance_id=task["instance_id"],
         credential_id=credential_id,
     )
+    return _claimed(tx, queue, task, token, lease_expires_at)
+
+
+def _claimed(tx: Tx, queue: str, task: dict, token: str, lease_expires_at: datetime) -> ClaimedTask:
+    """What the worker gets for `task` (as read before its start: `attempt` is the previous one)."""
+    context = tx.one(SELECT_TASK_CONTEXT, (task["activation_id"],))
     return ClaimedTask(
         task_id=task["id"],
         queue=queue,
@@ -221,7 +239,8 @@ def _lock_leased_task(tx: Tx, task_id: int, lease_token: str) -> dict:
     if (
         task["status"] != "RUNNING"
         or task["lease_token"] is None
-        or not secrets.compare_digest(task["lease_token"], lease_token)
+        # As bytes: `compare_digest` refuses str that is not ASCII, and the client's token may be anything.
+        or not secrets.compare_digest(task["lease_token"].encode(), lease_token.encode("utf-8"))
         or task["lease_expires_at"] <= now
     ):
         raise WeaveError(Code.LEASE_LOST, f"task {task_id} is not leased with this token any more")
@@ -259,9 +278,15 @@ def complete_task(
     credential_id: int,
     actor: str,
 ) -> dict:
-    """P3/P4/P6: the lease holder reports; returns {"status", "attempt"} of the task afterwards."""
+    """P3/P4/P6: the lease holder reports; returns {"status", "attempt"} of the task afterwards.
+
+    A re-run after a COMMIT whose answer was lost answers what the earlier attempt decided, if
+    the task shows it (`_report_taken`), instead of LEASE_LOST for the lease that report ended."""
     queue = _task_queue(tx, namespace_id, task_id, granted_queues)
     tx.one(LOCK_QUEUE, (queue["queue_id"],))
+    answer = tx.memo.get("answer")
+    if tx.maybe_committed and answer is not None and _report_taken(tx, task_id, answer, completion):
+        return answer
     task = _lock_leased_task(tx, task_id, lease_token)
     if (
         completion.outcome == "FAILED"
@@ -290,7 +315,27 @@ def complete_task(
         instance_id=task["instance_id"],
         credential_id=credential_id,
     )
-    return {"task_id": str(task_id), "status": status, "attempt": task["attempt"]}
+    tx.memo["answer"] = {"task_id": str(task_id), "status": status, "attempt": task["attempt"]}
+    return tx.memo["answer"]
+
+
+SELECT_REPORT = "SELECT status, attempt, result, error FROM tasks WHERE id = %s FOR UPDATE"
+
+
+def _report_taken(tx: Tx, task_id: int, answer: dict, completion: Completion) -> bool:
+    """Whether the task is as the earlier attempt that answered `answer` left it: that attempt
+    held the lease, and only the lease holder's report sets this status at this attempt with this
+    result or error (a lease expiry writes its own error, a new claim a new attempt). A lease that
+    expired and a cancellation within the milliseconds between the attempts would pass for a
+    CANCELLED report: it ends the task as that report would have."""
+    task = tx.one(SELECT_REPORT, (task_id,))
+    if (task["status"], task["attempt"]) != (answer["status"], answer["attempt"]):
+        return False
+    if completion.outcome == "SUCCEEDED":
+        return task["result"] == completion.result_text
+    if completion.outcome == "FAILED":
+        return task["error"] == completion.error_text
+    return True
 
 
 # ---- lease expiry (the scanner) and cancellation (the workflow side) ---------------------------------

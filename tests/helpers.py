@@ -8,7 +8,9 @@ documents and signal bodies that several tests share.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import logging
 import os
 import random
 import signal
@@ -21,7 +23,7 @@ from typing import Callable
 
 from waitress import wasyncore
 
-from weave import auth
+from weave import auth, logs
 from weave.db import ControlledClock, Database, DatabaseClock
 from weave.sql import tenancy
 
@@ -74,6 +76,23 @@ class Tenant:
     def principal(self, *scopes: str, **kwargs) -> auth.Principal:
         """What a request with a new credential of these scopes and grants is authorized as."""
         return tenancy.authenticate(self.database, auth.token_hash(self.token(*scopes, **kwargs)))
+
+
+@contextlib.contextmanager
+def captured_log(level: int):
+    """Every record of the process at `level` and above, as the `weave` commands write them (one
+    escaped line each), into the StringIO this yields."""
+    buffer = io.StringIO()
+    handler = logs.handler(buffer)
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield buffer
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
 
 
 @contextlib.contextmanager

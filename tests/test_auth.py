@@ -1,4 +1,5 @@
-"""Bearer tokens, scopes, namespaces: 401 / 403 / 404."""
+"""Bearer tokens, scopes, namespaces: 401 / 403 / 404, by example; tests/test_security_matrix.py
+checks each on every operation."""
 
 import hashlib
 
@@ -35,35 +36,12 @@ def test_tokens_are_256_bit_prefixed_and_stored_only_as_sha256(database, tenant,
     ]
 
 
-@pytest.mark.parametrize("header", [None, "", "Bearer", "Basic abc", "Bearer nope", "Bearer wv_unknown"])
-def test_missing_or_unknown_token_is_401(client, tenant, header):
-    headers = {"Authorization": header} if header is not None else {}
-    result = client.simulate_get("/v1/namespaces/acme/workflows/x", headers=headers)
-    assert result.status_code == 401
-    assert problem_code(result) == "UNAUTHENTICATED"
-
-
-def test_revoked_token_is_401_from_the_next_request(client, database, tenant):
-    token = tenant.token("workflows:read")
-    headers = {"Authorization": f"Bearer {token}"}
-    assert client.simulate_get("/v1/namespaces/acme/workflows/x", headers=headers).status_code == 404
-    credential = tenancy.authenticate(database, auth.token_hash(token))
-    tenancy.revoke_credential(database, "acme", credential.credential_id)
-    assert client.simulate_get("/v1/namespaces/acme/workflows/x", headers=headers).status_code == 401
-
-
 def test_expired_token_is_401_exactly_at_expiry(client, tenant, clock):
     headers = tenant.headers("workflows:read", expires_in=60)
     clock.advance(59.999999)
     assert client.simulate_get("/v1/namespaces/acme/workflows/x", headers=headers).status_code == 404
     clock.advance(0.000001)
     assert client.simulate_get("/v1/namespaces/acme/workflows/x", headers=headers).status_code == 401
-
-
-def test_missing_scope_is_403(client, tenant):
-    result = client.simulate_post("/v1/namespaces/acme/definitions", json=DOC, headers=tenant.headers("workflows:read"))
-    assert result.status_code == 403
-    assert problem_code(result) == "FORBIDDEN"
 
 
 def test_d4_s1_8_publish_right_grants_no_read_or_signal_right(client, tenant):
@@ -91,16 +69,6 @@ def test_other_namespace_is_404_never_403(client, tenant, other_tenant):
     # ... and its own namespace has no such workflow either.
     own = client.simulate_get("/v1/namespaces/globex/workflows/w1", headers=other_tenant.headers("workflows:read"))
     assert own.status_code == 404
-
-
-def test_disabled_application_cannot_start_work(client, database, tenant):
-    headers = tenant.headers("definitions:write", "workflows:start")
-    assert client.simulate_post("/v1/namespaces/acme/definitions", json=DOC, headers=headers).status_code == 201
-    tenancy.set_application_status(database, "acme", "app", "DISABLED")
-    start = {"definition": "order", "version": 1, "input": {}, "deadline_seconds": 60}
-    result = client.simulate_post("/v1/namespaces/acme/workflows", json=start, headers=headers)
-    assert (result.status_code, problem_code(result)) == (403, "FORBIDDEN")
-    assert database.run(lambda tx: tx.one("SELECT COUNT(*) AS n FROM instances"))["n"] == 0
 
 
 def test_public_endpoints_need_no_token(client):

@@ -4,6 +4,7 @@ application runs (issue 10, item 9): spoken over a real socket to a real waitres
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from dataclasses import dataclass
 
@@ -12,7 +13,7 @@ from helpers import serving
 
 from weave.app import create_app
 from weave.config import Config
-from weave.server import MAX_HEADER_BYTES, WAITRESS_BODY_LIMIT_FACTOR, create_server
+from weave.server import MAX_HEADER_BYTES, WAITRESS_BODY_LIMIT_FACTOR, create_server, unquoted
 
 CAP = 4096
 DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}]}
@@ -190,3 +191,31 @@ def test_issue_10_9_an_exception_out_of_the_wsgi_app_is_a_500_problem():
         answer = exchange(listener.getsockname()[1], request("GET", "/healthz"))
     problem = assert_problem(answer, 500, "INTERNAL")
     assert "a bug" not in problem["detail"]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "Host: weave\r\nAuthorization: Bearer {token}\n",  # a bare LF: a token read from a file with its newline
+        "Host: weave\r\nAuthorization: Bearer {token}\rx",
+        " Authorization: Bearer {token}\r\nHost: weave",  # folded onto nothing
+    ],
+    ids=["bare-lf", "bare-cr", "folded"],
+)
+def test_a_refused_header_line_is_neither_logged_nor_echoed_with_its_value(port, tenant, caplog, head):
+    """Found by the security matrix (issue 14): waitress quotes the header line it refuses, and that
+    line went to the log and into the answer, token and all."""
+    caplog.set_level(logging.DEBUG)
+    token = tenant.token("workflows:read")
+    raw = f"GET /v1/namespaces/acme/workflows/w1 HTTP/1.1\r\n{head.format(token=token)}\r\n\r\n"
+    problem = assert_problem(exchange(port, raw.encode()), 400, "BAD_REQUEST")
+    assert token not in problem["detail"] and token not in caplog.text
+    assert '"Authorization: …"' in problem["detail"]
+    assert "refused before the application: 400 BAD_REQUEST" in caplog.text
+
+
+def test_unquoted_keeps_waitress_messages_but_not_what_they_quote():
+    assert unquoted('Malformed HTTP method "GETwv_secret"') == 'Malformed HTTP method "…"'
+    assert unquoted('Malformed header line " X-Key: wv_secret"') == 'Malformed header line "X-Key: …"'
+    assert unquoted('Bare CR or LF found in header line "bad name: v\r"') == 'Bare CR or LF found in header line "…"'
+    assert unquoted("Content-Length is invalid") == "Content-Length is invalid"

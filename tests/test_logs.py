@@ -1,6 +1,5 @@
 """Every log record is one line: values that clients chose cannot forge another (issue 10, item 8)."""
 
-import io
 import logging
 import os
 import subprocess
@@ -9,6 +8,7 @@ import sys
 import falcon
 import falcon.testing
 import pytest
+from helpers import captured_log
 
 from weave import errors, logs
 from weave.http import Authenticate, operation
@@ -19,15 +19,8 @@ FORGED = "2026-11-30 07:00:00,000 ERROR weave.http forged"
 @pytest.fixture
 def weave_log():
     """What the `weave` commands log through, on the root logger, writing into a buffer."""
-    buffer = io.StringIO()
-    handler = logs.handler(buffer)
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    yield buffer
-    root.removeHandler(handler)
-    root.setLevel(level)
+    with captured_log(logging.INFO) as buffer:
+        yield buffer
 
 
 class Undeclared:

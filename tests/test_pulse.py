@@ -166,6 +166,22 @@ def test_p3_stale_lease_token_gets_lease_lost_and_changes_nothing(flow, clock):
     assert flow.complete(second, result={"again": True}).json["code"] == "LEASE_LOST"
 
 
+@pytest.mark.parametrize("wrong", ["é" * 32, "\u0000" * 32, "🙂", "0" * 31 + "é"])
+def test_p3_a_lease_token_that_is_not_ascii_gets_lease_lost_not_500(flow, wrong):
+    """Found by the security matrix: the token compare (`secrets.compare_digest`) raised on text
+    that is not ASCII, which answered 500."""
+    start_tasks(flow, 1)
+    task = flow.claim().json
+    before = flow.rows("SELECT status, attempt, lease_token, lease_expires_at FROM tasks")
+    for refused in (
+        flow.heartbeat({**task, "lease_token": wrong}),
+        flow.complete({**task, "lease_token": wrong}, result={}),
+    ):
+        assert (refused.status_code, refused.json["code"]) == (409, "LEASE_LOST"), refused.text
+    assert flow.rows("SELECT status, attempt, lease_token, lease_expires_at FROM tasks") == before
+    assert flow.complete(task, result={}).status_code == 200
+
+
 def test_p3_unknown_task_and_other_namespace_are_404(flow, other_tenant, client):
     start_tasks(flow, 1)
     task = flow.claim().json

@@ -10,12 +10,12 @@ from fractions import Fraction
 
 import pytest
 import re2
+from helpers import payment, signal_flow_definition
 from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
+from test_schemas_linear import quickly
 
-from tests.helpers import signal_flow_definition
-from tests.test_schemas_linear import quickly
 from weave.rules import signals as signal_rules
 from weave.schemas import budget, errors_of, linear
 from weave.schemas.payload import is_multiple, payload_errors, validator
@@ -197,17 +197,9 @@ def test_a_signal_whose_check_runs_out_is_refused_422_and_stores_nothing(flow):
     }
     flow.publish(definition)
     flow.start("order-1", input={"order_id": "o-1"})
-    body = {
-        "name": "payment.settled",
-        "payload_version": "v1",
-        "target_step_key": "payment",
-        "target_activation_sequence": 1,
-        "correlation_key": "o-1",
-        "reason": "PSP webhook",
-    }
-    refused = flow.send("order-1", "k1", {**body, "payload": {"amount": 1, "lines": list(range(20_000))}})
+    refused = flow.send("order-1", "k1", payment(payload={"amount": 1, "lines": list(range(20_000))}))
     assert (refused.status_code, refused.json["code"]) == (422, "CONTRACT_MISMATCH"), refused.text
     assert refused.json["errors"] == [{"pointer": "/payload", "message": REFUSED}]
     assert flow.rows("SELECT COUNT(*) AS n FROM signals")[0]["n"] == 0
-    accepted = flow.send("order-1", "k1", {**body, "payload": {"amount": 1, "lines": list(range(5_000))}})
+    accepted = flow.send("order-1", "k1", payment(payload={"amount": 1, "lines": list(range(5_000))}))
     assert accepted.status_code == 201, accepted.text

@@ -67,8 +67,9 @@ def ready(port: int) -> int:
 
 
 @contextlib.contextmanager
-def weave_serve(url, *flags: str, soft_file_limit: int | None = None):
-    """A `weave serve` process on a free port, ready; (process, port). Killed at the end."""
+def weave_serve(url, *flags: str, soft_file_limit: int | None = None, stderr=subprocess.DEVNULL):
+    """A `weave serve` process on a free port, ready; (process, port). Killed at the end. Its log
+    (stderr) goes to `stderr`."""
     port = free_port()
     env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
 
@@ -78,7 +79,7 @@ def weave_serve(url, *flags: str, soft_file_limit: int | None = None):
     process = subprocess.Popen(
         [sys.executable, "-m", "weave.cli", "serve", "--port", str(port), *flags],
         env=env,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
         preexec_fn=lower_file_limit if soft_file_limit else None,
     )
     try:

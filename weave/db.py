@@ -17,6 +17,19 @@ only when the unit names that key in `@unit_of_work(replay_on=(...))`: that is h
 inserts of the same identity converge (the unit looks up its identity before inserting, so the
 second run finds the winner's row and replays it). A duplicate on any other key is a bug and
 surfaces at once.
+
+Faults between Weave and the database (docs/decisions.md, "Transactions"):
+- No statement waits for an answer longer than `READ_TIMEOUT_SECONDS` (a stalled server or
+  network), and no new attempt starts once `RETRY_BUDGET_SECONDS` have passed since the first: a
+  unit ends in `Unavailable` (503) well before a client's 30 s timeout, however the database fails.
+- A lost connection drops every idle connection of the pool (after a restart or a network cut
+  they are all dead), so the next attempt connects afresh instead of trying them one by one.
+- A connection lost while COMMIT is in flight leaves the outcome unknown: the attempt may have
+  committed. The unit is re-run all the same, and every unit is written so that a re-run after
+  its own commit gives the answer the first run would have (it looks up its identity first, or
+  re-checks state under lock). Where neither tells, the re-run sees `tx.maybe_committed` and
+  recognises what the earlier attempt wrote from what that attempt left in `tx.memo`, a dict
+  that every attempt of one call shares (a claim's lease token, a completion's answer).
 """
 
 from __future__ import annotations
@@ -58,6 +71,13 @@ DEFAULT_POOL_SIZE = 32
 LOCK_WAIT_TIMEOUT_SECONDS = 10
 METADATA_LOCK_WAIT_SECONDS = 60
 CONNECT_TIMEOUT_SECONDS = 5
+# The longest a statement of a unit may legitimately wait is a row lock wait (the server ends it at
+# LOCK_WAIT_TIMEOUT_SECONDS); an answer later than this means the server or the network is stuck.
+READ_TIMEOUT_SECONDS = LOCK_WAIT_TIMEOUT_SECONDS + 5
+WRITE_TIMEOUT_SECONDS = READ_TIMEOUT_SECONDS
+# No new attempt of a unit starts this long after its first: with one more attempt of at most
+# READ_TIMEOUT_SECONDS, an API call answers (503 at worst) within 25 s, before a client's 30 s.
+RETRY_BUDGET_SECONDS = 10
 
 
 class DatabaseError(Exception):
@@ -86,7 +106,15 @@ class InvalidValue(DatabaseError):
 
 
 class Retryable(DatabaseError):
-    """Deadlock, lock wait timeout, record changed or a lost connection: re-run the unit."""
+    """Deadlock, lock wait timeout, record changed or a lost connection: re-run the unit.
+
+    `connection_lost`: the connection is gone (or could not be opened). `commit_unknown`: it was
+    lost while COMMIT was in flight, so the attempt may have committed."""
+
+    def __init__(self, message: str, connection_lost: bool = False, commit_unknown: bool = False):
+        super().__init__(message)
+        self.connection_lost = connection_lost
+        self.commit_unknown = commit_unknown
 
 
 class Unavailable(DatabaseError):
@@ -102,8 +130,10 @@ def translate(exc: pymysql.err.MySQLError) -> DatabaseError:
         return DuplicateKey(message, key)
     if code in INVALID_VALUE_CODES:
         return InvalidValue(f"{code}: {message}")
-    if code in RETRYABLE_CODES or code in CONNECTION_CODES or isinstance(exc, pymysql.err.InterfaceError):
+    if code in RETRYABLE_CODES:
         return Retryable(f"{code}: {message}")
+    if code in CONNECTION_CODES or isinstance(exc, pymysql.err.InterfaceError):
+        return Retryable(f"{code}: {message}", connection_lost=True)
     return DatabaseError(f"{code}: {message}")
 
 
@@ -196,6 +226,8 @@ def connect(url: DatabaseUrl, database: bool = True, autocommit: bool = False) -
         client_flag=CLIENT.FOUND_ROWS,
         cursorclass=pymysql.cursors.DictCursor,
         connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        read_timeout=READ_TIMEOUT_SECONDS,
+        write_timeout=WRITE_TIMEOUT_SECONDS,
     )
     with conn.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
@@ -240,12 +272,18 @@ class ControlledClock:
 
 
 class Tx:
-    """One open transaction: thin helpers over a DictCursor plus the transaction's `now`."""
+    """One open transaction: thin helpers over a DictCursor plus the transaction's `now`.
 
-    def __init__(self, cursor, clock):
+    `memo` is shared by every attempt of one call of the unit, and `maybe_committed` says that an
+    earlier attempt of this call lost its connection during COMMIT, so that what it left in
+    `memo` may be committed (see the module docstring)."""
+
+    def __init__(self, cursor, clock, memo: dict | None = None, maybe_committed: bool = False):
         self.cursor = cursor
         self._clock = clock
         self._now: datetime | None = None
+        self.memo = {} if memo is None else memo
+        self.maybe_committed = maybe_committed
 
     def now(self) -> datetime:
         """Read once per transaction, on first use: call it only after taking the instance lock."""
@@ -332,7 +370,10 @@ class Database:
 
     def run(self, unit: Callable[..., T], *args, **kwargs) -> T:
         """Run `unit(tx, *args, **kwargs)` as one transaction, re-running it on retryable errors."""
-        return self._retrying(unit, lambda: self._run_once(unit, args, kwargs))
+        memo: dict = {}
+        return self._retrying(
+            unit, lambda maybe_committed: self._run_once(unit, args, kwargs, memo=memo, maybe_committed=maybe_committed)
+        )
 
     def read(self, unit: Callable[..., T], *args, **kwargs) -> T:
         """Run a unit that only reads (no locks, no writes) with each statement in autocommit mode.
@@ -340,43 +381,53 @@ class Database:
         Under READ COMMITTED a transaction gives every statement a fresh snapshot anyway, so the
         reader sees exactly what it would inside one, and the COMMIT round trip is spared.
         """
-        return self._retrying(unit, lambda: self._run_once(unit, args, kwargs, autocommit=True))
+        return self._retrying(unit, lambda maybe_committed: self._run_once(unit, args, kwargs, autocommit=True))
 
-    def _retrying(self, unit: Callable, once: Callable[[], T]) -> T:
+    def _retrying(self, unit: Callable, once: Callable[[bool], T]) -> T:
         replay_on = getattr(unit, "replay_on", frozenset())
+        budget_ends = time.monotonic() + RETRY_BUDGET_SECONDS
+        maybe_committed = False
         for attempt in range(1, self.max_attempts + 1):
             try:
-                return once()
+                return once(maybe_committed)
             except (Retryable, DuplicateKey) as exc:
                 if isinstance(exc, DuplicateKey) and exc.key not in replay_on:
                     raise
-                if attempt == self.max_attempts:
+                if attempt == self.max_attempts or time.monotonic() >= budget_ends:
                     raise Unavailable(f"{unit.__name__} failed {attempt} times; last error: {exc}") from exc
+                maybe_committed = maybe_committed or getattr(exc, "commit_unknown", False)
                 log.info("retrying %s after %s (attempt %d)", unit.__name__, exc, attempt)
                 time.sleep(random.uniform(0.002, 0.01) * (2**attempt))
         raise AssertionError("unreachable")
 
-    def _run_once(self, unit, args, kwargs, autocommit: bool = False):
+    def _run_once(self, unit, args, kwargs, autocommit: bool = False, memo=None, maybe_committed: bool = False):
         try:
             conn = self._checkout(autocommit)
         except pymysql.err.MySQLError as exc:
-            raise translate(exc) from exc
+            error = translate(exc)
+            self._forget_idle_if_lost(error)
+            raise error from exc
         reusable = False
+        committing = False
         try:
             # No BEGIN round trip: with autocommit off, the first statement opens the transaction.
             with conn.cursor() as cursor:
-                tx = Tx(cursor, self.clock)
+                tx = Tx(cursor, self.clock, memo, maybe_committed)
                 result = unit(tx, *args, **kwargs)
                 if self.before_commit is not None:
                     self.before_commit(tx, unit.__name__)
             if not autocommit:
+                committing = True
                 conn.commit()
             reusable = True
             return result
         except pymysql.err.MySQLError as exc:
             # 1205 leaves the transaction open: always roll back before anything else.
             error = translate(exc)
+            if committing and isinstance(error, Retryable) and error.connection_lost:
+                error.commit_unknown = True
             reusable = _rollback_quietly(conn) and not isinstance(error, Retryable)
+            self._forget_idle_if_lost(error)
             raise error from exc
         except BaseException:
             reusable = _rollback_quietly(conn)
@@ -384,8 +435,16 @@ class Database:
         finally:
             self._checkin(conn, reusable)
 
+    def _forget_idle_if_lost(self, error: DatabaseError) -> None:
+        """A lost connection: the idle ones most likely went with it (a restarted server, a cut
+        network), so they are closed rather than handed to the next attempts one dead one at a time."""
+        if isinstance(error, Retryable) and error.connection_lost:
+            self.close()
+
     def attempt(self, unit: Callable[..., T], *args, **kwargs) -> T:
-        """Run `unit(tx, ...)` once, without retries: for callers with their own failure policy (K2)."""
+        """Run `unit(tx, ...)` once, without retries: for callers with their own failure policy (K2).
+
+        A `Retryable` with `commit_unknown` may have committed: the caller's policy must hold either way."""
         return self._run_once(unit, args, kwargs)
 
     def ping(self) -> None:

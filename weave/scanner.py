@@ -106,10 +106,12 @@ class Scanner:
             outcome = candidate.source.process.once(self.database, candidate.id)
         except Exception as exc:  # K2: whatever went wrong, back this candidate off and go on
             report.failed += 1
-            log.warning("scan %s %s failed: %s", candidate.source.name, candidate.id, exc)
-            backoff.record_failure(
+            again = backoff.record_failure(
                 self.database, candidate.source.failures, candidate.id, f"{type(exc).__name__}: {exc}"
             )
+            # A try whose COMMIT lost its answer may have done the work: then there is nothing to back off.
+            then = f"backed off until {again.isoformat()}" if again else "it was done after all"
+            log.warning("scan %s %s failed: %s; %s", candidate.source.name, candidate.id, exc, then)
             return
         if outcome is None:
             report.skipped += 1

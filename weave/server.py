@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import resource
 import signal
 import socket
@@ -67,7 +68,7 @@ WAITRESS_BODY_LIMIT_FACTOR = 2
 FILES_PER_CONNECTION = 2
 FILES_RESERVED = 64
 POOL_SPARE = 4  # database connections beyond one per thread (readiness checks, the authenticator)
-DETAIL_CHARS = 200  # waitress quotes the offending header line; the answer need not echo all of it
+DETAIL_CHARS = 200  # waitress's own messages are short; the answer and the log need no more of one
 
 
 def serve(config: Config, host: str, port: int, processes: int = 1) -> None:
@@ -143,9 +144,9 @@ class ProblemErrorTask(ErrorTask):
     def execute(self) -> None:
         error = self.request.error
         code = _WAITRESS_ERRORS.get(error.code) or (Code.BAD_REQUEST if error.code < 500 else Code.INTERNAL)
-        # The message may quote the request (a header line): logged as a repr, so it cannot forge a line.
-        log.info("refused before the application: %d %s: %r", code.status, code.name, error.body[:DETAIL_CHARS])
-        body = errors.problem_text(code, self._detail(code, error.body)).encode("utf-8")
+        message = unquoted(error.body)
+        log.info("refused before the application: %d %s: %r", code.status, code.name, message[:DETAIL_CHARS])
+        body = errors.problem_text(code, self._detail(code, message)).encode("utf-8")
         self.status = falcon.code_to_http_status(code.status)
         self.response_headers.append(("Content-Type", errors.PROBLEM_JSON))
         self.set_close_on_finish()
@@ -168,6 +169,23 @@ class ProblemErrorTask(ErrorTask):
         if code is Code.NOT_IMPLEMENTED:
             return message  # "Transfer-Encoding requested is not supported."
         return f"malformed HTTP request: {message}"
+
+
+# waitress quotes what it refuses in some messages: a header line ('Bare CR or LF found in header
+# line "…"', 'Malformed header line "…"') or the method. A header line may be `Authorization: Bearer
+# <token>`, so neither the log nor the answer repeats it: a header line keeps only its name.
+_QUOTED = re.compile(r'"(.*)"', re.DOTALL)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token
+
+
+def unquoted(message: str) -> str:
+    """waitress's `message` without the request text it quotes (a header line keeps its name)."""
+
+    def name_only(quoted: re.Match) -> str:
+        name, colon, _ = quoted.group(1).strip(" \t").partition(":")
+        return f'"{name}: …"' if colon and _HEADER_NAME.fullmatch(name) else '"…"'
+
+    return _QUOTED.sub(name_only, message)
 
 
 _WAITRESS_ERRORS = {

@@ -1,0 +1,146 @@
+"""Faults between Weave and its database, one at a time, through the fault proxy (tests/faultproxy.py):
+a stalled database, a pool of connections that all died, and a COMMIT whose acknowledgement is
+lost (docs/decisions.md, "Transactions"). The mixed workload under random faults is in
+test_fault_injection.py; a killed database server in test_database_crash.py.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from faultproxy import FaultProxy
+from helpers import payment, signal_flow_definition, task_steps
+
+from weave import db
+from weave.db import Database, DatabaseUrl
+from weave.resources.signals import signal_request
+from weave.sql import backoff, checkpoints, signals, tasks
+
+
+@pytest.fixture
+def proxy(migrated_url):
+    with FaultProxy(migrated_url.port, upstream_host=migrated_url.host) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def proxied(database, proxy, migrated_url, clock):
+    """A Database on the test database whose connections go through the fault proxy."""
+    url = DatabaseUrl("127.0.0.1", proxy.port, migrated_url.user, migrated_url.password, migrated_url.database)
+    proxied = Database(url, clock=clock)
+    yield proxied
+    proxied.close()
+
+
+def select_one(tx):
+    return tx.one("SELECT 1 AS one")["one"]
+
+
+@pytest.mark.slow
+def test_a_stalled_database_makes_a_unit_unavailable_within_the_retry_budget(proxied, proxy):
+    assert proxied.run(select_one) == 1  # a pooled connection, then nothing moves
+    proxy.stall(60)
+    started = time.monotonic()
+    with pytest.raises(db.Unavailable):
+        proxied.run(select_one)
+    assert time.monotonic() - started < db.RETRY_BUDGET_SECONDS + db.READ_TIMEOUT_SECONDS + 1
+
+
+def test_connections_that_all_died_are_replaced_without_failing_the_unit(proxied, proxy):
+    # Every pooled connection dies at once (a database restart, a network blip): the next unit
+    # must not spend its attempts on them one by one.
+    held = [proxied._checkout(False) for _ in range(db.DEFAULT_MAX_ATTEMPTS + 2)]
+    for conn in held:
+        proxied._checkin(conn, True)
+    assert proxy.cut_all() == len(held)
+    assert proxied.run(select_one) == 1
+
+
+# ---- a COMMIT whose acknowledgement is lost: the attempt committed, the unit is re-run ------------
+
+
+@pytest.fixture
+def lose_commit_answer(proxied, proxy):
+    """`lose_commit_answer()`: the next COMMIT on the proxied database is run by the server and its
+    connection cut before the answer comes back. The pool is warmed first, so that the COMMIT of
+    opening a connection is not the one hit."""
+
+    def arm():
+        proxied.run(select_one)
+        proxy.lose_reply_to(b"COMMIT")
+
+    yield arm
+    assert proxy.counts["cut_reply_lost"] == 1, "the armed COMMIT never came"
+
+
+def queued_tasks(flow, count):
+    flow.publish(task_steps("work"))
+    for i in range(count):
+        flow.start(f"wf-{i}")
+    flow.scan()
+
+
+def test_a_claim_whose_commit_answer_is_lost_answers_the_task_it_took(flow, tenant, proxied, lose_commit_answer):
+    queued_tasks(flow, 2)
+    worker = tenant.principal("tasks:work", queues=("inventory",))
+    lose_commit_answer()
+    claimed = tasks.claim_task(proxied, worker.namespace_id, "inventory", "w1", 60, worker.credential_id, "w1")
+    rows = flow.rows("SELECT id, status, attempt, lease_token FROM tasks ORDER BY id")
+    assert [(r["status"], r["attempt"]) for r in rows] == [("RUNNING", 1), ("QUEUED", 0)]
+    assert (claimed.task_id, claimed.lease_token, claimed.attempt) == (rows[0]["id"], rows[0]["lease_token"], 1)
+    assert flow.rows("SELECT permits_in_use FROM queues WHERE name = 'inventory'") == [{"permits_in_use": 1}]
+    assert len(flow.rows("SELECT id FROM audit_records WHERE action = 'task.claim'")) == 1
+
+
+@pytest.mark.parametrize(
+    "completion, status",
+    [
+        (tasks.Completion("SUCCEEDED", '{"done":true}'), "SUCCEEDED"),
+        (tasks.Completion("FAILED", None, '{"message":"flaky","retryable":true}', retryable=True), "QUEUED"),
+        (tasks.Completion("CANCELLED"), "CANCELLED"),
+    ],
+)
+def test_a_completion_whose_commit_answer_is_lost_answers_what_it_recorded(
+    flow, tenant, proxied, lose_commit_answer, completion, status
+):
+    queued_tasks(flow, 1)
+    task = flow.claim().json
+    worker = tenant.principal("tasks:work", queues=("inventory",))
+    lose_commit_answer()
+    done = tasks.complete_task(
+        proxied,
+        worker.namespace_id,
+        int(task["task_id"]),
+        task["lease_token"],
+        completion,
+        frozenset({"inventory"}),
+        worker.credential_id,
+        "w1",
+    )
+    assert done == {"task_id": task["task_id"], "status": status, "attempt": 1}
+    assert flow.rows("SELECT status, attempt FROM tasks") == [{"status": status, "attempt": 1}]
+    assert len(flow.rows("SELECT id FROM audit_records WHERE action = 'task.complete'")) == 1
+
+
+def test_a_backoff_whose_commit_answer_is_lost_is_counted_once(flow, clock, proxied, lose_commit_answer):
+    flow.publish(task_steps("work"))
+    flow.start("wf-0")
+    (checkpoint,) = flow.rows("SELECT id, due_at FROM checkpoints")
+    lose_commit_answer()
+    available_at = backoff.record_failure(proxied, checkpoints.FAILURES, checkpoint["id"], "Retryable: injected")
+    (row,) = flow.rows("SELECT attempts, available_at FROM checkpoints")
+    assert row == {"attempts": 1, "available_at": checkpoint["due_at"] + timedelta(seconds=1)}
+    assert available_at == row["available_at"]
+
+
+def test_a_signal_whose_commit_answer_is_lost_answers_the_receipt_it_froze(flow, proxied, lose_commit_answer):
+    flow.publish(signal_flow_definition())
+    flow.start("o-1", input={"order_id": "o-1"})
+    principal = flow.tenant.principal("workflows:signal", queues=("inventory", "carrier"))
+    request = signal_request("k-1", payment())
+    lose_commit_answer()
+    receipt = signals.send_signal(proxied, principal, "o-1", request)
+    assert flow.send("o-1", "k-1", payment()).text == receipt.text
+    assert len(flow.rows("SELECT id FROM signals")) == 1
