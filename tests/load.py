@@ -78,8 +78,11 @@ class Calls:
 
 
 class Api:
-    def __init__(self, port: int, namespace: str, calls: Calls):
-        self.port = port
+    """Calls to one API process, or to one of several at random (`ports`: processes on the nodes of
+    a cluster, where a client's requests may land on any of them)."""
+
+    def __init__(self, port: int | list[int], namespace: str, calls: Calls):
+        self.ports = port if isinstance(port, list) else [port]
         self.ns = f"/v1/namespaces/{namespace}"
         self.calls = calls
 
@@ -88,7 +91,8 @@ class Api:
         sent = {"Authorization": f"Bearer {token}", **(headers or {})}
         if data is not None:
             sent["Content-Type"] = "application/json"
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=CLIENT_TIMEOUT_SECONDS)
+        port = self.ports[0] if len(self.ports) == 1 else random.choice(self.ports)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT_SECONDS)
         started = time.monotonic()
         try:
             conn.request(method, self.ns + path, body=data, headers=sent)

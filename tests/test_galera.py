@@ -11,23 +11,27 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import falcon.testing
+import load
+import pymysql
 import pytest
-from helpers import Flow, make_tenant, payment, signal_flow_definition
+from helpers import Flow, make_tenant, payment, signal_flow_definition, wait_until
 
 from weave import migrate
 from weave.app import create_app
 from weave.config import Config
 from weave.db import Database, DatabaseUrl
-from weave.devdb import GaleraCluster, ServerNotFound, find_galera_provider
+from weave.devdb import GaleraCluster, ServerNotFound, find_galera_provider, free_port
 from weave.sql import instances
 
 pytestmark = pytest.mark.slow
 
 DATABASE = "weave_galera"
 ROUNDS = 40
+INSTANCES = 40  # per workload: 40 starts, 160 signal sends (+ replays), 80 tasks
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +153,122 @@ def test_without_the_instance_write_the_same_race_breaks_the_history(cluster, tw
     _race(two_nodes, "order-1", ROUNDS)
     history = _history(flow0, "order-1")
     assert len(set(history)) < len(history)
+
+
+# ---- a mixed workload over the cluster ---------------------------------------------------------------
+
+
+def fresh_database(cluster, name: str) -> DatabaseUrl:
+    """`name`, dropped if a test before made it, then migrated (DDL replicates to every node)."""
+    cluster.nodes[0].query(f"DROP DATABASE IF EXISTS {name}")
+    url = DatabaseUrl.parse(cluster.url(name))
+    migrate.ensure_database(url)
+    migrate.apply(url)
+    return url
+
+
+def node_counts(node) -> dict:
+    """What one node holds of the workload's rows, read on that node alone."""
+    conn = pymysql.connect(unix_socket=str(node.socket_path), user="root", database=WORKLOAD_DATABASE)
+    try:
+        with conn.cursor() as cur:
+            found = {}
+            for table in ("instances", "signals", "tasks", "events", "audit_records"):
+                cur.execute(f"SELECT COUNT(*) FROM {table}")
+                found[table] = cur.fetchone()[0]
+            return found
+    finally:
+        conn.close()
+
+
+WORKLOAD_DATABASE = "weave_workload"
+
+
+def test_two_api_processes_and_three_scanners_on_three_nodes_keep_every_invariant(cluster, tmp_path):
+    """Requests land on either API process (node0 and node1 first), duplicate sends and replays
+    included; a scanner runs on each node. Afterwards every invariant of tests/load.py holds."""
+    url = fresh_database(cluster, WORKLOAD_DATABASE)
+    database = Database(url.on_host(2))
+    tokens = load.prepare(database)
+    ports = [free_port(), free_port()]
+    processes = [
+        *(load.serve_process(url.on_host(i).url(), ports[i], tmp_path / f"serve-{i}.log") for i in range(2)),
+        *(load.scan_process(url.on_host(i).url(), tmp_path / f"scan-{i}.log") for i in range(3)),
+    ]
+    refusals = _certification_refusals(cluster)
+    try:
+        for port in ports:
+            load.wait_for_api(port)
+        calls = load.Calls()
+        api = load.Api(ports, "acme", calls)
+        workload = load.Workload(api, tokens, INSTANCES, start_pause=0.02)
+        started = time.monotonic()
+        workload.run()
+        wait_until(lambda: load.all_succeeded(database, INSTANCES), timeout=180, pause=0.5)
+        workload.join()
+        elapsed = time.monotonic() - started
+        figures = load.check_outcome(database, api, workload)
+        assert calls.bad == [], calls.bad[:10]
+        assert [p.poll() for p in processes] == [None] * len(processes)
+    finally:
+        load.stop_processes(processes)
+        database.close()
+    counts = [node_counts(node) for node in cluster.nodes]
+    assert counts[0] == counts[1] == counts[2], counts  # every node holds the same rows
+    print(
+        f"galera workload: {figures}; answers by status {calls.summary()}; "
+        f"{_certification_refusals(cluster) - refusals} certification refusals; {elapsed:.1f} s"
+    )
+
+
+def test_an_api_process_whose_node_is_killed_goes_on_through_another_node(cluster, tmp_path):
+    """SIGKILL of the node the API process uses (node2 first in its URL), under load: it goes on
+    through node0 within seconds, loses no acknowledged write and answers no 500; the node comes
+    back, rejoins and catches up."""
+    url = fresh_database(cluster, WORKLOAD_DATABASE)
+    database = Database(url)
+    tokens = load.prepare(database)
+    port = free_port()
+    processes = [
+        load.serve_process(url.on_host(2).url(), port, tmp_path / "serve.log"),
+        load.scan_process(url.on_host(0).url(), tmp_path / "scan-0.log"),
+        load.scan_process(url.on_host(1).url(), tmp_path / "scan-1.log"),
+    ]
+    try:
+        load.wait_for_api(port)
+        calls = load.Calls()
+        api = load.Api(port, "acme", calls)
+        workload = load.Workload(api, tokens, INSTANCES, start_pause=0.05)
+        workload.run()
+        wait_until(lambda: len(workload.started) >= INSTANCES // 3, timeout=60)
+        cluster.kill_node(2)
+        killed = time.monotonic()
+        wait_until(
+            lambda: (
+                (
+                    api.call("after-kill", "GET", "/workflows/o-0", tokens["starter"]) or load.Answer(0, {}, b"", 0)
+                ).status
+                == 200
+            ),
+            timeout=30,
+            pause=0.1,
+        )
+        recovered = time.monotonic() - killed
+        assert recovered < 10, recovered
+        wait_until(lambda: load.all_succeeded(database, INSTANCES), timeout=180, pause=0.5)
+        workload.join()
+        figures = load.check_outcome(database, api, workload)
+        assert calls.bad == [], calls.bad[:10]
+        assert processes[0].poll() is None  # the same process, on another node
+        rejoin_started = time.monotonic()
+        cluster.start_node(2)
+        rejoined = time.monotonic() - rejoin_started
+    finally:
+        load.stop_processes(processes)
+        database.close()
+    counts = [node_counts(node) for node in cluster.nodes]
+    assert counts[2] == counts[0] == counts[1], counts  # the node that came back caught up
+    print(
+        f"galera node kill: the API went on through another node after {recovered:.2f} s; {figures}; "
+        f"answers by status {calls.summary()}; node2 rejoined and caught up in {rejoined:.1f} s"
+    )

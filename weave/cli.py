@@ -212,7 +212,7 @@ def cmd_migrate(args) -> int:
 def _server_config(args, url: DatabaseUrl) -> Config:
     """What `serve` and `dev` give each API process: flags first, then the environment, then defaults."""
     return Config(
-        database_url=url.yoyo_url(),
+        database_url=url.url(),
         max_body_bytes=args.max_body_bytes or max_body_bytes_from_env(),
         threads=args.threads,
         idle_timeout_seconds=args.idle_timeout or idle_timeout_from_env(),

@@ -18,6 +18,12 @@ inserts of the same identity converge (the unit looks up its identity before ins
 second run finds the winner's row and replays it). A duplicate on any other key is a bug and
 surfaces at once.
 
+Several hosts in the URL (`mysql://u@h1:3306,h2:3306/db`) are the nodes of one Galera cluster: a
+pool connects to one (the first that answers and is ready), and a lost connection or a node that
+says it is not ready (1047) sends new connections to the next. Certification conflicts arrive as
+deadlocks and are re-run like them. On a Galera node, read-only units read causally
+(`wsrep_sync_wait`), so that a read through one node sees what another node acknowledged.
+
 Faults between Weave and the database (docs/decisions.md, "Transactions"):
 - No statement waits for an answer longer than `READ_TIMEOUT_SECONDS` (a stalled server or
   network), and no new attempt starts once `RETRY_BUDGET_SECONDS` have passed since the first: a
@@ -64,7 +70,11 @@ RETRYABLE_CODES = frozenset({DEADLOCK, LOCK_WAIT_TIMEOUT, RECORD_CHANGED})
 # (a string that is not ASCII compared with an ASCII column: 1267, 1270, 1271), an invalid
 # character string (1300), an incorrect value for a column (1366), data too long (1406).
 INVALID_VALUE_CODES = frozenset({1267, 1270, 1271, 1300, 1366, 1406})
-CONNECTION_CODES = frozenset({SERVER_GONE, CONNECTION_LOST, CANNOT_CONNECT, 0})
+# A Galera node that is not part of the primary component (cut off, or still joining) answers every
+# statement with 1047 "WSREP has not yet prepared node for application use": like a lost
+# connection, the pool leaves it for another node.
+NODE_NOT_READY = 1047
+CONNECTION_CODES = frozenset({SERVER_GONE, CONNECTION_LOST, CANNOT_CONNECT, NODE_NOT_READY, 0})
 
 DEFAULT_MAX_ATTEMPTS = 6
 DEFAULT_POOL_SIZE = 32
@@ -213,10 +223,23 @@ def _netloc_host(host: str) -> str:
 
 
 def connect(url: DatabaseUrl, database: bool = True, autocommit: bool = False) -> pymysql.connections.Connection:
-    """A connection in Weave's session settings: UTC, READ COMMITTED, strict, FOUND_ROWS."""
+    """A connection in Weave's session settings (UTC, READ COMMITTED, strict, FOUND_ROWS) to the
+    first of the URL's hosts that answers and is ready; the last failure when none is."""
+    failure: pymysql.err.MySQLError | None = None
+    for host, port in url.hosts:
+        try:
+            return _connect_to(url, host, port, database, autocommit)
+        except pymysql.err.MySQLError as exc:
+            if not isinstance(translate(exc), Retryable) or len(url.hosts) == 1:
+                raise  # a wrong password or an unknown database is wrong on every node
+            failure = exc
+    raise failure
+
+
+def _connect_to(url: DatabaseUrl, host: str, port: int, database: bool, autocommit: bool):
     conn = pymysql.connect(
-        host=url.host,
-        port=url.port,
+        host=host,
+        port=port,
         user=url.user,
         password=url.password,
         database=url.database if database else None,
@@ -229,17 +252,44 @@ def connect(url: DatabaseUrl, database: bool = True, autocommit: bool = False) -
         read_timeout=READ_TIMEOUT_SECONDS,
         write_timeout=WRITE_TIMEOUT_SECONDS,
     )
-    with conn.cursor() as cur:
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        cur.execute("SET time_zone = '+00:00'")
-        cur.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'")
-        cur.execute("SET SESSION innodb_lock_wait_timeout = %s", (LOCK_WAIT_TIMEOUT_SECONDS,))
-        # Metadata locks (DDL) default to a year: fail instead of hanging behind a forgotten session.
-        cur.execute("SET SESSION lock_wait_timeout = %s", (METADATA_LOCK_WAIT_SECONDS,))
-        # Authentication reads a credential's queue grants with GROUP_CONCAT (MySQL's default cap: 1 KiB).
-        cur.execute("SET SESSION group_concat_max_len = 1048576")
-    conn.commit()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            cur.execute("SET time_zone = '+00:00'")
+            cur.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'")
+            cur.execute("SET SESSION innodb_lock_wait_timeout = %s", (LOCK_WAIT_TIMEOUT_SECONDS,))
+            # Metadata locks (DDL) default to a year: fail instead of hanging behind a forgotten session.
+            cur.execute("SET SESSION lock_wait_timeout = %s", (METADATA_LOCK_WAIT_SECONDS,))
+            # Authentication reads a credential's queue grants with GROUP_CONCAT (MySQL's default cap: 1 KiB).
+            cur.execute("SET SESSION group_concat_max_len = 1048576")
+            _join_cluster_session(cur, read_only=autocommit)
+        conn.commit()
+    except BaseException:
+        _close_quietly(conn)
+        raise
     return conn
+
+
+def _join_cluster_session(cur, read_only: bool) -> None:
+    """On a Galera node (one round trip tells, once per connection): refuse the node unless it is ready (a joining or cut-off node takes
+    connections but answers statements with 1047), and make read-only units causal.
+
+    A node applies the other nodes' commits a moment after they are acknowledged. A write unit
+    needs nothing more: what it decides on it reads under a lock, and a decision against a stale
+    row loses at certification and is re-run. A read-only unit (a GET, authentication) would see
+    the cluster as it was before a write the client was already told about, e.g. a credential
+    revoked through another node: `wsrep_sync_wait = 1` makes each of its reads wait until this
+    node has applied every commit the cluster had when the read began."""
+    cur.execute("SHOW VARIABLES LIKE 'wsrep_on'")
+    found = cur.fetchone()
+    if not found or found["Value"] != "ON":
+        return  # one server, or a server that is not a Galera node
+    cur.execute("SHOW STATUS LIKE 'wsrep_ready'")
+    ready = cur.fetchone()
+    if not ready or ready["Value"] != "ON":
+        raise pymysql.err.OperationalError(NODE_NOT_READY, "WSREP has not yet prepared node for application use")
+    if read_only:
+        cur.execute("SET SESSION wsrep_sync_wait = 1")
 
 
 class DatabaseClock:
@@ -345,6 +395,9 @@ class Database:
         self._idle: dict[bool, list] = {False: [], True: []}  # most recently used last
         self._idle_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(pool_size)
+        # Of the URL's hosts, the one new connections try first: the last that answered, or the
+        # one after a host whose connection was lost.
+        self._first_host = 0
         # Test seam: called with (tx, unit name) before COMMIT, to cut a transaction short.
         self.before_commit: Callable[[Tx, str], None] | None = None
 
@@ -355,10 +408,16 @@ class Database:
             if idle:
                 return idle.pop()
         try:
-            return connect(self.url, autocommit=autocommit)
+            conn = connect(self.url.on_host(self._first_host), autocommit=autocommit)
         except BaseException:
             self._slots.release()
             raise
+        self._first_host = self._host_index(conn)
+        return conn
+
+    def _host_index(self, conn) -> int:
+        hosts = self.url.hosts
+        return hosts.index((conn.host, conn.port)) if (conn.host, conn.port) in hosts else 0
 
     def _checkin(self, conn, reusable: bool) -> None:
         if reusable:
@@ -427,7 +486,7 @@ class Database:
             if committing and isinstance(error, Retryable) and error.connection_lost:
                 error.commit_unknown = True
             reusable = _rollback_quietly(conn) and not isinstance(error, Retryable)
-            self._forget_idle_if_lost(error)
+            self._forget_idle_if_lost(error, conn)
             raise error from exc
         except BaseException:
             reusable = _rollback_quietly(conn)
@@ -435,10 +494,13 @@ class Database:
         finally:
             self._checkin(conn, reusable)
 
-    def _forget_idle_if_lost(self, error: DatabaseError) -> None:
+    def _forget_idle_if_lost(self, error: DatabaseError, conn=None) -> None:
         """A lost connection: the idle ones most likely went with it (a restarted server, a cut
-        network), so they are closed rather than handed to the next attempts one dead one at a time."""
+        network), so they are closed rather than handed to the next attempts one dead one at a time;
+        with several hosts, new connections try the next one first (a cluster's node went away)."""
         if isinstance(error, Retryable) and error.connection_lost:
+            if conn is not None and len(self.url.hosts) > 1:
+                self._first_host = (self._host_index(conn) + 1) % len(self.url.hosts)
             self.close()
 
     def attempt(self, unit: Callable[..., T], *args, **kwargs) -> T:
