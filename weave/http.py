@@ -1,7 +1,7 @@
 """What every resource shares: operation metadata, authorization, bounded exact-JSON bodies.
 
 - `@operation(...)` marks a responder with what OpenAPI and authorization need (summary, scopes,
-  not-found code, request schema, statuses); `weave.openapi` reads these marks, so the document
+  not-found code, request and response schemas, statuses); `weave.openapi` reads these marks, so the document
   lists exactly what is served.
 - `Authenticate` middleware is the one place that authorizes a request from that mark: it
   refuses an unmarked responder and ids in the path that break their character rules
@@ -45,11 +45,14 @@ class Operation:
     not_found: Code | None = None  # the answer to a credential of another namespace
     queue_grant: str | None = None  # the URL parameter naming a queue the credential needs a grant for
     request: str | None = None  # name of a schema in weave/schemas
+    response: str | None = None  # the body of every success but 204: a $defs entry of weave/schemas/responses.json
+    # What the responder itself answers: its successes and its own refusals. `weave.openapi` adds
+    # what the middleware and `read_json` answer in front of it (401, 403, 404, 413, 415, 422, ...).
     statuses: tuple[int, ...] = (200,)
     public: bool = False
     session: bool = False  # a console page: authorized by `weave.console` from its session, with `authorize`
     query: tuple[tuple[str, str], ...] = field(default=())  # (name, description)
-    headers: tuple[tuple[str, str], ...] = field(default=())
+    headers: tuple[tuple[str, str, dict], ...] = field(default=())  # (name, description, JSON Schema)
 
     def __post_init__(self) -> None:
         # Refused at import, not at the first request: without both, `Authenticate` could not decide.
@@ -193,11 +196,7 @@ class Authenticate:
         token = auth.bearer_token(req.get_header("Authorization"))
         principal = tenancy.authenticate(self.database, auth.token_hash(token))
         if principal is None:
-            raise WeaveError(
-                Code.UNAUTHENTICATED,
-                "the token is unknown, revoked or expired",
-                headers={"WWW-Authenticate": 'Bearer realm="weave"'},
-            )
+            raise auth.unauthenticated("the token is unknown, revoked or expired")
         authorize(principal, meta, params, req.method)
         req.context.principal = principal
 

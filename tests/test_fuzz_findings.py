@@ -1,0 +1,17 @@
+"""Defects that the schema fuzzer (tests/test_schema_fuzz.py) and the documented-answers check
+(tests/test_openapi.py) found, each reproduced here without them."""
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Basic dXNlcjpwYXNz", "Bearer not-a-weave-token", "Bearer wv_unknown"],
+)
+def test_every_401_carries_the_bearer_challenge(client, tenant, authorization):
+    """RFC 9110 §11.6.1: a 401 carries WWW-Authenticate. Only the unknown token's did; a missing
+    or malformed Authorization header was answered without it."""
+    headers = {"Authorization": authorization} if authorization else {}
+    result = client.simulate_get("/v1/namespaces/acme/workflows/wf", headers=headers)
+    assert (result.status_code, result.json["code"]) == (401, "UNAUTHENTICATED")
+    assert result.headers["WWW-Authenticate"] == 'Bearer realm="weave"'
