@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 READING_METHODS = ("GET", "HEAD")  # every other operation of the API writes
 VALUE_LIMIT_BYTES = 256 * 1024  # a workflow input, a task result, a signal payload (serialised)
+MAX_REPORTED_NAMES = 20  # unknown query parameters named in one answer
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,9 @@ class Authenticate:
     (else 401) whose namespace is the `{namespace}` of the URL (else the operation's `not_found`
     code: another tenant's objects look absent, never forbidden) and which holds one of the
     operation's scopes (else 403), checked in this order, plus the grant of the queue the URL names
-    where the operation says so (403); it then finds the principal in `req.context.principal`. Grants that depend on stored objects (an instance's queues, a task's
-    queue) are checked where those objects are read.
+    where the operation says so (403); it then finds the principal in `req.context.principal`,
+    and refuses query parameters the operation does not declare (422). Grants that depend on
+    stored objects (an instance's queues, a task's queue) are checked where those objects are read.
     """
 
     def __init__(self, database: Database):
@@ -199,6 +201,21 @@ class Authenticate:
             raise auth.unauthenticated("the token is unknown, revoked or expired")
         authorize(principal, meta, params, req.method)
         req.context.principal = principal
+        check_query_names(req, meta)
+
+
+def check_query_names(req: falcon.Request, meta: Operation) -> None:
+    """Refuse query parameters the operation does not declare (422): a misspelt filter
+    (`?stauts=NEEDS_REVIEW`) would otherwise be answered as if there were no filter at all, and
+    an operator acting on that list would act on every workflow."""
+    unknown = sorted(set(req.params) - {name for name, _ in meta.query})[:MAX_REPORTED_NAMES]
+    if unknown:
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            f"unknown query parameter {unknown[0]!r}; this operation takes "
+            + (", ".join(name for name, _ in meta.query) or "none"),
+            [{"pointer": f"?{name}", "message": "not a parameter of this operation"} for name in unknown],
+        )
 
 
 def authorize(principal: auth.Principal, meta: Operation, params: dict, method: str) -> None:
