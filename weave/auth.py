@@ -73,11 +73,16 @@ class Principal:
             raise WeaveError(Code.FORBIDDEN, f"this credential has no grant for queue(s) {', '.join(missing)}")
 
 
+def unauthenticated(detail: str) -> WeaveError:
+    """The 401, with the challenge that every 401 carries (RFC 9110 §11.6.1): how to authenticate."""
+    return WeaveError(Code.UNAUTHENTICATED, detail, headers={"WWW-Authenticate": 'Bearer realm="weave"'})
+
+
 def bearer_token(header: str | None) -> str:
     if not header:
-        raise WeaveError(Code.UNAUTHENTICATED, "send Authorization: Bearer <token>")
+        raise unauthenticated("send Authorization: Bearer <token>")
     scheme, _, token = header.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX) or len(token) > 200:
-        raise WeaveError(Code.UNAUTHENTICATED, "the Authorization header must be 'Bearer wv_...'")
+        raise unauthenticated("the Authorization header must be 'Bearer wv_...'")
     return token

@@ -1,7 +1,7 @@
 """What every resource shares: operation metadata, authorization, bounded exact-JSON bodies.
 
 - `@operation(...)` marks a responder with what OpenAPI and authorization need (summary, scopes,
-  not-found code, request schema, statuses); `weave.openapi` reads these marks, so the document
+  not-found code, request and response schemas, statuses); `weave.openapi` reads these marks, so the document
   lists exactly what is served.
 - `Authenticate` middleware is the one place that authorizes a request from that mark: it
   refuses an unmarked responder and ids in the path that break their character rules
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 READING_METHODS = ("GET", "HEAD")  # every other operation of the API writes
 VALUE_LIMIT_BYTES = 256 * 1024  # a workflow input, a task result, a signal payload (serialised)
+MAX_REPORTED_NAMES = 20  # unknown query parameters named in one answer
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,14 @@ class Operation:
     not_found: Code | None = None  # the answer to a credential of another namespace
     queue_grant: str | None = None  # the URL parameter naming a queue the credential needs a grant for
     request: str | None = None  # name of a schema in weave/schemas
+    response: str | None = None  # the body of every success but 204: a $defs entry of weave/schemas/responses.json
+    # What the responder itself answers: its successes and its own refusals. `weave.openapi` adds
+    # what the middleware and `read_json` answer in front of it (401, 403, 404, 413, 415, 422, ...).
     statuses: tuple[int, ...] = (200,)
     public: bool = False
     session: bool = False  # a console page: authorized by `weave.console` from its session, with `authorize`
     query: tuple[tuple[str, str], ...] = field(default=())  # (name, description)
-    headers: tuple[tuple[str, str], ...] = field(default=())
+    headers: tuple[tuple[str, str, dict], ...] = field(default=())  # (name, description, JSON Schema)
 
     def __post_init__(self) -> None:
         # Refused at import, not at the first request: without both, `Authenticate` could not decide.
@@ -157,8 +161,9 @@ class Authenticate:
     (else 401) whose namespace is the `{namespace}` of the URL (else the operation's `not_found`
     code: another tenant's objects look absent, never forbidden) and which holds one of the
     operation's scopes (else 403), checked in this order, plus the grant of the queue the URL names
-    where the operation says so (403); it then finds the principal in `req.context.principal`. Grants that depend on stored objects (an instance's queues, a task's
-    queue) are checked where those objects are read.
+    where the operation says so (403); it then finds the principal in `req.context.principal`,
+    and refuses query parameters the operation does not declare (422). Grants that depend on
+    stored objects (an instance's queues, a task's queue) are checked where those objects are read.
     """
 
     def __init__(self, database: Database):
@@ -193,13 +198,24 @@ class Authenticate:
         token = auth.bearer_token(req.get_header("Authorization"))
         principal = tenancy.authenticate(self.database, auth.token_hash(token))
         if principal is None:
-            raise WeaveError(
-                Code.UNAUTHENTICATED,
-                "the token is unknown, revoked or expired",
-                headers={"WWW-Authenticate": 'Bearer realm="weave"'},
-            )
+            raise auth.unauthenticated("the token is unknown, revoked or expired")
         authorize(principal, meta, params, req.method)
         req.context.principal = principal
+        check_query_names(req, meta)
+
+
+def check_query_names(req: falcon.Request, meta: Operation) -> None:
+    """Refuse query parameters the operation does not declare (422): a misspelt filter
+    (`?stauts=NEEDS_REVIEW`) would otherwise be answered as if there were no filter at all, and
+    an operator acting on that list would act on every workflow."""
+    unknown = sorted(set(req.params) - {name for name, _ in meta.query})[:MAX_REPORTED_NAMES]
+    if unknown:
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            f"unknown query parameter {unknown[0]!r}; this operation takes "
+            + (", ".join(name for name, _ in meta.query) or "none"),
+            [{"pointer": f"?{name}", "message": "not a parameter of this operation"} for name in unknown],
+        )
 
 
 def authorize(principal: auth.Principal, meta: Operation, params: dict, method: str) -> None:

@@ -24,13 +24,16 @@ def definition_view(definition: Definition, with_document: bool = False) -> dict
 
 def _step_view(step: dict, facts: WorkflowFacts) -> dict:
     activation = facts.activations.get(step["key"])
-    if activation is None:
+    if activation is None:  # every field of an activated step, so that clients see one shape
         return {
             "key": step["key"],
             "type": step["type"],
             "activation_sequence": None,
             "status": "NOT_STARTED",
             "result": None,
+            "review_reason": None,
+            "activated_at": None,
+            "deadline_at": None,
             "wait": None,
             "task": None,
         }

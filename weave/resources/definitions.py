@@ -17,7 +17,8 @@ class DefinitionCollection(Resource):
         scopes=("definitions:write",),
         not_found=Code.DEFINITION_NOT_FOUND,
         request="definition",
-        statuses=(200, 201, 401, 403, 404, 413, 415, 422),
+        response="published_definition",
+        statuses=(200, 201),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
         principal = req.context.principal
@@ -37,7 +38,7 @@ class DefinitionVersion(Resource):
         "Read a published definition version",
         scopes=("definitions:read", "workflows:read"),
         not_found=Code.DEFINITION_NOT_FOUND,
-        statuses=(200, 401, 403, 404),
+        response="definition_version",
     )
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, name: str, version: int) -> None:
         principal = req.context.principal

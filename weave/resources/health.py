@@ -11,7 +11,7 @@ from weave.http import Resource, operation, send_json
 
 
 class Health:
-    @operation("Liveness: the process answers", public=True)
+    @operation("Liveness: the process answers", public=True, response="health")
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         send_json(resp, 200, {"status": "ok"})
 
@@ -21,7 +21,9 @@ class Ready(Resource):
 
     _migrated = False  # once every migration is applied, only new code can add one
 
-    @operation("Readiness: database reachable and migrations applied", public=True, statuses=(200, 503))
+    @operation(
+        "Readiness: database reachable and migrations applied", public=True, response="health", statuses=(200, 503)
+    )
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         try:
             self.database.ping()

@@ -17,7 +17,8 @@ class WorkflowReview(Resource):
         scopes=("workflows:review",),
         not_found=Code.WORKFLOW_NOT_FOUND,
         request="review",
-        statuses=(200, 400, 401, 403, 404, 409, 413, 415, 422),
+        response="workflow",
+        statuses=(200, 409),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal

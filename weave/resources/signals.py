@@ -65,8 +65,15 @@ class WorkflowSignals(Resource):
         scopes=("workflows:signal",),
         not_found=Code.WORKFLOW_NOT_FOUND,
         request="signal",
-        statuses=(201, 400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
-        headers=(("Idempotency-Key", "1-128 printable ASCII; scoped to the workflow"),),
+        response="signal_receipt",
+        statuses=(201, 409, 422, 429),
+        headers=(
+            (
+                "Idempotency-Key",
+                "1-128 printable ASCII; scoped to the workflow",
+                {"type": "string", "pattern": IDEMPOTENCY_KEY.pattern},
+            ),
+        ),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
@@ -91,7 +98,7 @@ class WorkflowSignals(Resource):
         "List a workflow's signals with their dispositions, oldest first",
         scopes=("workflows:read",),
         not_found=Code.WORKFLOW_NOT_FOUND,
-        statuses=(200, 401, 403, 404, 422),
+        response="signal_page",
         query=(
             ("status", "PENDING, CONSUMED, REJECTED or EXPIRED"),
             ("after", "signal_id to continue after"),
@@ -120,7 +127,7 @@ class WorkflowSignal(Resource):
         "Read a signal's current state",
         scopes=("workflows:read",),
         not_found=Code.WORKFLOW_NOT_FOUND,
-        statuses=(200, 401, 403, 404),
+        response="signal_state",
     )
     def on_get(
         self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str, signal_id: int

@@ -43,7 +43,8 @@ class QueueClaim(Resource):
         not_found=Code.NOT_FOUND,
         queue_grant="queue",
         request="claim",
-        statuses=(200, 204, 401, 403, 404, 413, 415, 422),
+        response="claimed_task",
+        statuses=(200, 204),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, queue: str) -> None:
         principal = req.context.principal
@@ -98,7 +99,8 @@ class TaskHeartbeat(Resource):
         scopes=("tasks:work",),
         not_found=Code.TASK_NOT_FOUND,
         request="heartbeat",
-        statuses=(200, 401, 403, 404, 409, 413, 415, 422),
+        response="lease",
+        statuses=(200, 409),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: int) -> None:
         principal = req.context.principal
@@ -124,7 +126,8 @@ class TaskComplete(Resource):
         scopes=("tasks:work",),
         not_found=Code.TASK_NOT_FOUND,
         request="complete",
-        statuses=(200, 401, 403, 404, 409, 413, 415, 422),
+        response="task_report",
+        statuses=(200, 409),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: int) -> None:
         principal = req.context.principal

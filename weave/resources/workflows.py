@@ -28,7 +28,8 @@ class WorkflowCollection(Resource):
         scopes=("workflows:start",),
         not_found=Code.WORKFLOW_NOT_FOUND,
         request="start_workflow",
-        statuses=(200, 201, 401, 403, 404, 409, 413, 415, 422),
+        response="workflow",
+        statuses=(200, 201, 409),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
         principal = req.context.principal
@@ -50,7 +51,7 @@ class WorkflowCollection(Resource):
         "List workflows, newest first: only those whose definition's queues the credential holds grants for",
         scopes=("workflows:read",),
         not_found=Code.WORKFLOW_NOT_FOUND,
-        statuses=(200, 401, 403, 404, 422),
+        response="workflow_page",
         query=(
             ("status", "RUNNING, PAUSED, NEEDS_REVIEW, SUCCEEDED, FAILED or CANCELLED"),
             ("definition", "a definition name: its workflows of every version"),
@@ -82,7 +83,7 @@ class Workflow(Resource):
         "Read a workflow: status, gate, steps, activations, waits, review reason",
         scopes=("workflows:read",),
         not_found=Code.WORKFLOW_NOT_FOUND,
-        statuses=(200, 401, 403, 404),
+        response="workflow",
     )
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
@@ -95,7 +96,7 @@ class WorkflowEvents(Resource):
         "A page of a workflow's history, oldest first",
         scopes=("workflows:read",),
         not_found=Code.WORKFLOW_NOT_FOUND,
-        statuses=(200, 401, 403, 404, 422),
+        response="event_page",
         query=(
             ("after", "return events with seq greater than this (default 0)"),
             ("limit", f"page size, 1..{EVENTS_PAGE_MAX} (default {EVENTS_PAGE_DEFAULT})"),
@@ -123,7 +124,8 @@ class WorkflowControl(Resource):
         scopes=("workflows:control",),
         not_found=Code.WORKFLOW_NOT_FOUND,
         request="control",
-        statuses=(200, 401, 403, 404, 409, 413, 415, 422),
+        response="workflow",
+        statuses=(200, 409),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
         principal = req.context.principal
