@@ -20,6 +20,7 @@ import pymysql
 import pytest
 from helpers import Flow, make_tenant, payment, signal_flow_definition, wait_until
 
+import weave.db
 from weave import migrate
 from weave.app import create_app
 from weave.config import Config
@@ -153,6 +154,39 @@ def test_without_the_instance_write_the_same_race_breaks_the_history(cluster, tw
     _race(two_nodes, "order-1", ROUNDS)
     history = _history(flow0, "order-1")
     assert len(set(history)) < len(history)
+
+
+# ---- causal reads -----------------------------------------------------------------------------------
+
+
+def _reads_that_miss(flows, workflow_id: str, rounds: int) -> int:
+    """Signals acknowledged through node0 that a read through node1, right after, does not find."""
+    flow0, flow1 = flows
+    missed = 0
+    for index in range(rounds):
+        sent = flow0.send(workflow_id, f"c{index}", payment())
+        assert sent.status_code == 201, sent.text
+        seen = flow1.signal(workflow_id, sent.json["signal_id"])
+        assert seen.status_code in (200, 404), seen.text
+        missed += seen.status_code == 404
+    return missed
+
+
+def test_a_read_through_one_node_sees_what_another_node_acknowledged(two_nodes):
+    flow0, _ = two_nodes
+    flow0.publish(signal_flow_definition())
+    flow0.start("order-1", input={"order_id": "o-1"})
+    assert _reads_that_miss(two_nodes, "order-1", ROUNDS) == 0
+
+
+def test_without_causal_reads_a_read_through_another_node_can_miss_an_acknowledged_write(two_nodes, monkeypatch):
+    """The control: a node applies the others' commits a moment after they are acknowledged."""
+    join = weave.db._join_cluster_session
+    monkeypatch.setattr(weave.db, "_join_cluster_session", lambda cur, read_only: join(cur, read_only=False))
+    flow0, _ = two_nodes
+    flow0.publish(signal_flow_definition())
+    flow0.start("order-1", input={"order_id": "o-1"})
+    assert _reads_that_miss(two_nodes, "order-1", 4 * ROUNDS) > 0
 
 
 # ---- a mixed workload over the cluster ---------------------------------------------------------------
