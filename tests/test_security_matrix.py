@@ -44,10 +44,9 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 import pytest
-from helpers import captured_log, make_tenant, payment, signal_flow_definition
+from helpers import captured_log, make_tenant, payment, signal_flow_definition, weave_serve
 from test_authorization import CONFIG, mounted, responders
 from test_http_errors import exchange, request
-from test_server import weave_serve
 
 from weave import auth, logs, schemas
 from weave.app import create_app

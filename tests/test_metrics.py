@@ -1,0 +1,234 @@
+"""Prometheus metrics (issue 15, SPEC §12): GET /metrics counts what happened, by the labels it says.
+
+Counters are process-wide, so tests in one process compare a scrape after the traffic with one
+before it; the tests of real `weave serve --processes 2` and `weave scan` processes read the
+absolute values.
+"""
+
+import threading
+
+import pytest
+from helpers import insert_instances, payment, signal_flow_definition, task_steps
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from weave import metrics
+from weave.db import Database
+from weave.scanner import backlog
+from weave.sql import tenancy
+
+SIGNALS = "/v1/namespaces/{namespace}/workflows/{workflow_id}/signals"
+WORKFLOW = "/v1/namespaces/{namespace}/workflows/{workflow_id}"
+PINNED = {  # SPEC §12: name -> labels (None: not pinned)
+    "weave_http_requests_total": {"route", "method", "status"},
+    "weave_http_request_duration_seconds": None,
+    "weave_signals_accepted_total": {"status", "disposition"},
+    "weave_db_retries_total": {"code"},
+    "weave_scanner_lag_seconds": {"source"},
+    "weave_scanner_decisions_total": {"kind"},
+}
+
+
+def parse(text: str) -> dict[tuple, float]:
+    """Every sample of a scrape: (name, ((label, value), ...)) -> value."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(scraped: dict, name: str, **labels) -> float:
+    return scraped.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def scrape(client) -> dict:
+    result = client.simulate_get("/metrics")
+    assert result.status_code == 200 and result.headers["content-type"] == metrics.CONTENT_TYPE
+    return parse(result.text)
+
+
+class Delta:
+    """What a scrape after the traffic says minus what one before it said."""
+
+    def __init__(self, client):
+        self.client = client
+        self.before = scrape(client)
+
+    def __call__(self, name: str, **labels) -> float:
+        return value(scrape(self.client), name, **labels) - value(self.before, name, **labels)
+
+
+@pytest.fixture
+def wf(flow):
+    flow.publish(signal_flow_definition())
+    flow.start("order-1", input={"order_id": "o-1"})
+    return flow
+
+
+def test_the_pinned_metrics_exist_with_their_labels(client):
+    """Scraped from a fresh app: families with samples, and those that have none yet (their HELP line)."""
+    client.simulate_get("/healthz")
+    text = client.simulate_get("/metrics").text
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    for name in PINNED:
+        family_name = name.removesuffix("_total")
+        assert family_name in families, name
+    http = families["weave_http_requests"]
+    assert {key for sample in http.samples for key in sample.labels} == PINNED["weave_http_requests_total"]
+    assert families["weave_http_request_duration_seconds"].type == "histogram"
+    assert families["weave_scanner_lag_seconds"].type == "gauge"
+    assert {sample.labels["source"] for sample in families["weave_scanner_lag_seconds"].samples} == {
+        "inbox",
+        "checkpoint",
+        "signal_expiry",
+    }
+    recorded = {metric._name: metric for metric in vars(metrics).values() if hasattr(metric, "_labelnames")}
+    for name, labels in PINNED.items():
+        metric = recorded.get(name.removesuffix("_total"))
+        if labels is not None and metric is not None:  # the lag is read at scrape time, not recorded
+            assert set(metric._labelnames) == labels, name
+
+
+def test_requests_are_counted_by_route_template_method_and_status(client):
+    delta = Delta(client)
+    for _ in range(2):
+        assert client.simulate_get("/v1/namespaces/acme/workflows/w-1").status_code == 401
+    assert client.simulate_get("/healthz").status_code == 200
+    assert client.simulate_get("/no/such/route").status_code == 404
+    assert client.simulate_request("BREW", "/healthz").status_code == 400  # a client picks the method
+    assert delta("weave_http_requests_total", route=WORKFLOW, method="GET", status="401") == 2
+    assert delta("weave_http_requests_total", route="/healthz", method="GET", status="200") == 1
+    assert delta("weave_http_requests_total", route="unrouted", method="GET", status="404") == 1
+    assert delta("weave_http_requests_total", route="/healthz", method="OTHER", status="400") == 1
+    assert delta("weave_http_request_duration_seconds_count", route=WORKFLOW, method="GET") == 2
+    assert delta("weave_http_request_duration_seconds_bucket", route=WORKFLOW, method="GET", le="+Inf") == 2
+    assert delta("weave_http_request_duration_seconds_sum", route=WORKFLOW, method="GET") > 0
+
+
+def test_signal_outcomes_accepted_replayed_conflict_and_quota(wf, tenant, database):
+    delta = Delta(wf.client)
+    assert wf.send("order-1", "k1", payment()).status_code == 201  # early: kept PENDING
+    assert wf.send("order-1", "k1", payment()).status_code == 201  # a replay
+    conflict = wf.send("order-1", "k1", payment(reason="another reason"))
+    assert conflict.json["code"] == "IDEMPOTENCY_CONFLICT"
+    assert wf.send("order-1", "k2", payment(sequence=2)).json["code"] == "ACTIVATION_NOT_FOUND"
+    tenancy.create_application(database, "acme", "limited", 0)
+    limited = tenant.headers("workflows:signal", queues=("inventory", "carrier"), application="limited")
+    assert wf.send("order-1", "k3", payment(), headers=limited).json["code"] == "QUOTA_EXCEEDED"
+    assert delta("weave_signals_accepted_total", status="PENDING", disposition="none") == 1
+    assert delta("weave_signal_requests_total", outcome="accepted") == 1
+    assert delta("weave_signal_requests_total", outcome="replayed") == 1
+    assert delta("weave_signal_requests_total", outcome="IDEMPOTENCY_CONFLICT") == 1
+    assert delta("weave_signal_requests_total", outcome="ACTIVATION_NOT_FOUND") == 1
+    assert delta("weave_signal_requests_total", outcome="QUOTA_EXCEEDED") == 1
+    assert delta("weave_http_requests_total", route=SIGNALS, method="POST", status="201") == 2
+
+
+def test_task_claims_completions_and_lost_leases(flow, clock):
+    flow.publish(task_steps("a", "b"))
+    flow.start("w-1")
+    flow.scan()
+    delta = Delta(flow.client)
+    claimed = flow.claim().json
+    assert flow.claim().status_code == 204
+    assert flow.complete(claimed, result={}).status_code == 200
+    assert flow.heartbeat(claimed).json["code"] == "LEASE_LOST"
+    assert flow.complete(claimed, result={}).json["code"] == "LEASE_LOST"
+    assert delta("weave_task_claims_total", result="claimed") == 1
+    assert delta("weave_task_claims_total", result="empty") == 1
+    assert delta("weave_tasks_completed_total", outcome="SUCCEEDED") == 1
+    assert delta("weave_tasks_leases_lost_total", operation="heartbeat") == 1
+    assert delta("weave_tasks_leases_lost_total", operation="complete") == 1
+
+
+def test_a_retried_unit_is_counted_by_its_error_code(wf, cut_connection):
+    delta = Delta(wf.client)
+    cut_connection("send_signal")
+    assert wf.send("order-1", "k1", payment()).status_code == 201
+    assert delta("weave_db_retries_total", code="2013") == 1
+
+
+def test_the_pool_reports_its_size_and_connections_in_use(client, database):
+    name = database.url.database
+    assert value(scrape(client), "weave_db_pool_connections_in_use", database=name) == 0
+    # Scraped while a unit of work holds a connection of the pool.
+    scraped = database.run(lambda tx: scrape(client))
+    assert value(scraped, "weave_db_pool_connections_in_use", database=name) == 1
+    assert value(scraped, "weave_db_pool_max_connections", database=name) >= 32
+    assert value(scraped, "weave_db_connections_opened_total", database=name) >= 1
+
+
+def test_a_checkout_that_waits_for_a_free_connection_is_counted(migrated_url):
+    pool = Database(migrated_url, pool_size=1)
+
+    def waits() -> float:
+        return REGISTRY.get_sample_value("weave_db_pool_waits_total", {"database": migrated_url.database}) or 0.0
+
+    before = waits()
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(tx):
+        holding.set()
+        release.wait(10)
+
+    holder = threading.Thread(target=pool.run, args=(hold,))
+    holder.start()
+    holding.wait(10)
+    threading.Timer(0.2, release.set).start()
+    pool.ping()  # waits until the holder is done
+    holder.join()
+    assert waits() - before == 1
+    pool.close()
+
+
+# ---- the backlog: read from the database when scraped ------------------------------------------------
+
+
+def test_lag_is_the_age_of_the_oldest_due_candidate_of_each_source(wf, database, clock):
+    """A started workflow's ROOT checkpoint is due at once, a task's outcome when the task
+    completed, an early signal's expiry at the instance's deadline."""
+    assert database.read(backlog)["lag_seconds"] == {"inbox": 0.0, "checkpoint": 0.0, "signal_expiry": 0.0}
+    clock.advance(30)
+    assert database.read(backlog)["lag_seconds"]["checkpoint"] == 30.0
+    scraped = scrape(wf.client)
+    assert value(scraped, "weave_scanner_lag_seconds", source="checkpoint") == 30.0
+    assert value(scraped, "weave_scanner_lag_seconds", source="inbox") == 0.0
+    wf.scan()
+    assert database.read(backlog)["lag_seconds"]["checkpoint"] == 0.0
+    wf.complete(wf.claim().json, result={})
+    clock.advance(2)
+    figures = database.read(backlog, count_due=True)
+    assert figures["lag_seconds"] == {"inbox": 2.0, "checkpoint": 0.0, "signal_expiry": 0.0}
+    assert figures["due"] == {"inbox": 1, "checkpoint": 0, "signal_expiry": 0}
+    wf.scan()
+    wf.start("order-2", input={"order_id": "o-2"}, deadline_seconds=60)  # not scanned: its step never waits
+    assert wf.send("order-2", "early", payment("o-2")).json["status"] == "PENDING"
+    clock.advance(65)
+    figures = database.read(backlog, count_due=True)
+    assert figures["lag_seconds"]["signal_expiry"] == 5.0
+    assert figures["due"]["signal_expiry"] == 1
+
+
+def test_workflows_in_review_are_counted_by_namespace(flow, database, other_tenant):
+    flow.publish(signal_flow_definition())
+    rows = [("r-1", "NEEDS_REVIEW", "a task failed"), ("r-2", "NEEDS_REVIEW", "expired"), ("ok", "RUNNING", None)]
+    insert_instances(database, "acme", "flow", 1, rows)
+    assert database.read(backlog)["needs_review"] == {"acme": 2, "globex": 0}
+    scraped = scrape(flow.client)
+    assert value(scraped, "weave_workflows_needs_review", namespace="acme") == 2
+    assert value(scraped, "weave_workflows_needs_review", namespace="globex") == 0
+
+
+def test_a_database_that_does_not_answer_leaves_the_backlog_out_of_the_scrape():
+    def unreachable():
+        raise ConnectionRefusedError
+
+    registry = metrics.CollectorRegistry()
+    registry.register(metrics.Backlog(unreachable))
+    assert list(registry.collect()) == []
+
+
+def test_every_metric_api_processes_record_has_labels():
+    """Multiprocess mode is chosen after import (weave.metrics.use_multiprocess)."""
+    assert all(metric._labelnames for metric in metrics.API_METRICS)
