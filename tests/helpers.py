@@ -82,11 +82,11 @@ class Tenant:
 
 
 @contextlib.contextmanager
-def captured_log(level: int):
+def captured_log(level: int, log_format: str = "text"):
     """Every record of the process at `level` and above, as the `weave` commands write them (one
-    escaped line each), into the StringIO this yields."""
+    line each, in `log_format`), into the StringIO this yields."""
     buffer = io.StringIO()
-    handler = logs.handler(buffer)
+    handler = logs.handler(buffer, log_format)
     root = logging.getLogger()
     previous = root.level
     root.addHandler(handler)

@@ -108,6 +108,7 @@ def test_weave_migrate_command_applies_everything(scratch_database):
     done = subprocess.run([sys.executable, "-m", "weave.cli", "migrate"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert f"applied {len(migrate.shipped())} migration(s)" in done.stdout
+    assert done.stderr == ""  # yoyo's line per step applied stays out (issue 15)
     assert migrate.pending(url) == []
     again = subprocess.run([sys.executable, "-m", "weave.cli", "migrate"], env=env, capture_output=True, text=True)
     assert "none pending" in again.stdout

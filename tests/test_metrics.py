@@ -5,15 +5,36 @@ before it; the tests of real `weave serve --processes 2` and `weave scan` proces
 absolute values.
 """
 
+import base64
+import hashlib
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
-from helpers import insert_instances, payment, signal_flow_definition, task_steps
+from helpers import (
+    insert_instances,
+    payment,
+    ready,
+    scanner_process,
+    signal_flow_definition,
+    task_steps,
+    use_real_time,
+    wait_until,
+    weave_serve,
+)
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from weave import metrics
 from weave.db import Database
+from weave.devdb import free_port
 from weave.scanner import backlog
 from weave.sql import tenancy
 
@@ -232,3 +253,179 @@ def test_a_database_that_does_not_answer_leaves_the_backlog_out_of_the_scrape():
 def test_every_metric_api_processes_record_has_labels():
     """Multiprocess mode is chosen after import (weave.metrics.use_multiprocess)."""
     assert all(metric._labelnames for metric in metrics.API_METRICS)
+
+
+# ---- real processes: `weave serve --processes 2`, `weave scan --metrics-port P` ------------------------
+
+
+def call(port: int, method: str, path: str, body=None, headers=None) -> tuple[int, object, dict]:
+    """One request on a new connection (so that the kernel spreads them over the API processes)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    try:
+        conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers or {})
+        response = conn.getresponse()
+        data = response.read().decode()
+        is_json = response.getheader("Content-Type", "").startswith("application/")
+        return response.status, json.loads(data) if is_json and data else data, dict(response.getheaders())
+    finally:
+        conn.close()
+
+
+def scrape_port(port: int) -> dict:
+    status, text, _ = call(port, "GET", "/metrics")
+    assert status == 200
+    return parse(text)
+
+
+def admin(url, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
+    return subprocess.run(
+        [sys.executable, "-m", "weave.cli", "admin", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def workers_of(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+@pytest.mark.slow
+def test_two_api_processes_count_every_request_and_log_no_secret(flow, migrated_url, database, clock, tmp_path):
+    """Done-when of issue 15: real traffic through `weave serve --processes 2`; every scrape, whichever
+    process answers it, counts the requests of both; after a worker is killed and replaced, its
+    counts still count. Every log line of the run (the admin command that made the credential, the
+    API) is JSON and holds no token, token hash or payload."""
+    use_real_time(database, clock)
+    flow.publish(signal_flow_definition())
+    created = admin(
+        migrated_url, "credential", "create", "acme", "app", "--actor", "webhook", "--json",
+        *("--scope", "workflows:start", "--scope", "workflows:signal", "--queue", "inventory", "--queue", "carrier"),
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    token = json.loads(created.stdout)["token"]
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    marker = "payload-marker-7f3a"
+    log_path = tmp_path / "serve.log"
+    with (
+        log_path.open("w") as log,
+        weave_serve(migrated_url, "--processes", "2", "--threads", "4", stderr=log) as (
+            parent,
+            port,
+        ),
+    ):
+        wait_until(lambda: len(workers_of(parent.pid)) == 2, timeout=20)
+        for i in range(10):
+            body = {"definition": "flow", "version": 1, "input": {"order_id": f"o-{i}"}, "deadline_seconds": 3600}
+            status, started, _ = call(
+                port, "POST", "/v1/namespaces/acme/workflows", {**body, "workflow_id": f"w-{i}"}, headers
+            )
+            assert status == 201, started
+        for i in range(20):
+            signal_body = payment(f"o-{i % 10}", payload={"amount": 1, "note": marker})
+            keyed = {**headers, "Idempotency-Key": f"k-{i}", "X-Request-Id": f"trace-{i}"}
+            status, receipt, answer = call(
+                port, "POST", f"/v1/namespaces/acme/workflows/w-{i % 10}/signals", signal_body, keyed
+            )
+            assert (status, receipt["status"], answer["X-Request-Id"]) == (201, "PENDING", f"trace-{i}")
+        replay = {**headers, "Idempotency-Key": "k-0"}
+        assert (
+            call(
+                port,
+                "POST",
+                "/v1/namespaces/acme/workflows/w-0/signals",
+                payment("o-0", payload={"amount": 1, "note": marker}),
+                replay,
+            )[0]
+            == 201
+        )
+        wrong = {**headers, "Authorization": f"Bearer {token[:-4]}AAAA", "Idempotency-Key": "k-x"}
+        assert call(port, "POST", "/v1/namespaces/acme/workflows/w-0/signals", payment(), wrong)[0] == 401
+
+        def counts(scraped: dict) -> dict:
+            return {
+                "accepted": value(scraped, "weave_signal_requests_total", outcome="accepted"),
+                "replayed": value(scraped, "weave_signal_requests_total", outcome="replayed"),
+                "stored": value(scraped, "weave_signals_accepted_total", status="PENDING", disposition="none"),
+                "201": value(scraped, "weave_http_requests_total", route=SIGNALS, method="POST", status="201"),
+                "401": value(scraped, "weave_http_requests_total", route=SIGNALS, method="POST", status="401"),
+                "timed": value(scraped, "weave_http_request_duration_seconds_count", route=SIGNALS, method="POST"),
+                "started": value(scraped, "weave_http_requests_total", route="/v1/namespaces/{namespace}/workflows", method="POST", status="201"),
+                "pool": value(scraped, "weave_db_pool_max_connections", database=migrated_url.database),
+            }  # fmt: skip
+
+        expected = {"accepted": 20, "replayed": 1, "stored": 20, "201": 21, "401": 1, "timed": 22, "started": 10}
+        for _ in range(6):  # on new connections: both processes answer some of them
+            assert counts(scrape_port(port)) == {**expected, "pool": 2 * (4 + 4)}
+        first, second = workers_of(parent.pid)
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: len(workers := workers_of(parent.pid)) == 2 and first not in workers, timeout=20)
+        wait_until(lambda: ready(port) == 200, timeout=20)
+        for _ in range(4):
+            assert counts(scrape_port(port)) == {**expected, "pool": 2 * (4 + 4)}
+    lines = created.stderr.splitlines() + log_path.read_text().splitlines()
+    records = [json.loads(line) for line in lines]  # every line is one JSON object
+    requests = [r for r in records if r["logger"] == "weave.access" and r["route"] == SIGNALS]
+    assert len(requests) == 22
+    assert len({r["pid"] for r in requests}) == 2  # both processes served signals
+    traced = next(r for r in requests if r.get("request_id") == "trace-7")
+    assert {k: traced[k] for k in ("method", "status", "namespace", "actor")} == {
+        "method": "POST",
+        "status": 201,
+        "namespace": "acme",
+        "actor": "webhook",
+    }
+    assert traced["duration_ms"] > 0 and traced["time"].endswith("Z")
+    refused = next(r for r in requests if r["status"] == 401)
+    assert (refused["namespace"], refused["actor"]) == ("acme", None)
+    digest = hashlib.sha256(token.encode()).digest()
+    secrets = [token, token[3:], token[:-4], digest.hex(), base64.b64encode(digest).decode(), marker]
+    text = "\n".join(lines)
+    assert [secret for secret in secrets if secret in text] == []
+
+
+@pytest.mark.slow
+def test_the_lag_rises_while_no_scanner_runs_and_falls_once_one_caught_up(flow, migrated_url, database, clock, config):
+    """Done-when of issue 15: with the scanner stopped, the lag the API reports grows with the
+    oldest due checkpoint's age; `weave scan --metrics-port P` processes the backlog, and then its
+    endpoint and the API's both report no lag, and the scanner's counters say what it did."""
+    use_real_time(database, clock)
+    flow.publish(task_steps("a"))
+    with weave_serve(migrated_url) as (_, port):
+        token = flow.tenant.token("workflows:start", queues=("inventory",))
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        for i in range(5):
+            body = {"definition": "flow", "version": 1, "input": {}, "deadline_seconds": 3600, "workflow_id": f"w-{i}"}
+            assert call(port, "POST", "/v1/namespaces/acme/workflows", body, headers)[0] == 201
+
+        def lag(scraped: dict) -> float:
+            return value(scraped, "weave_scanner_lag_seconds", source="checkpoint")
+
+        first = lag(scrape_port(port))
+        time.sleep(1.5)
+        second = lag(scrape_port(port))
+        assert second >= first + 1.4, (first, second)
+        metrics_port = free_port()
+        scanner = scanner_process(config, "--metrics-port", str(metrics_port))
+        try:
+            wait_until(
+                lambda: scanner_says(metrics_port, "weave_scanner_decisions_total", kind="ACTIVATED") == 5, timeout=30
+            )
+            wait_until(lambda: lag(scrape_port(metrics_port)) == 0.0, timeout=30)
+            scraped = scrape_port(metrics_port)
+            assert value(scraped, "weave_scanner_candidates_total", source="checkpoint") == 5
+            assert value(scraped, "weave_scanner_batches_total") >= 1
+            assert value(scraped, "weave_scanner_lag_seconds", source="inbox") == 0.0
+            assert lag(scrape_port(port)) == 0.0
+        finally:
+            scanner.send_signal(signal.SIGTERM)
+            _, err = scanner.communicate(timeout=30)
+    assert scanner.returncode == 0, err
+    lines = [json.loads(line) for line in err.splitlines()]
+    assert lines[0]["message"] == f"metrics on http://127.0.0.1:{metrics_port}/metrics"
+    assert sum(line["done"] for line in lines if line.get("event") == "scan_batch") == 5
+
+
+def scanner_says(port: int, name: str, **labels) -> float:
+    try:
+        return value(scrape_port(port), name, **labels)
+    except OSError:  # not listening yet
+        return -1.0
