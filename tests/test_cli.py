@@ -376,3 +376,21 @@ def test_weave_dev_definitions_pass_the_checks_of_the_publish_api(document):
     # `weave dev` publishes them without going through the API, so check here what the API checks (D1).
     schemas.validate("definition", document)
     assert definition_rules.problems(document) == []
+
+
+def test_admin_stats_prints_the_backlog(env_url, capsys, flow, database, clock):
+    """`weave admin stats`: due candidates and their lag by source, reviews by namespace (issue 15)."""
+    from helpers import task_steps, use_real_time
+
+    use_real_time(database, clock)  # the command reads the database's clock
+    flow.publish(task_steps("a"))
+    flow.start("w-1")
+    stats = run_json(capsys, "admin", "stats")
+    assert stats["due"] == {"inbox": 0, "checkpoint": 1, "signal_expiry": 0}
+    assert stats["lag_seconds"]["checkpoint"] > 0 and stats["lag_seconds"]["inbox"] == 0
+    assert stats["needs_review"] == {"acme": 0}
+    assert main(["admin", "stats"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0] == "inbox: 0 due, the oldest for 0.0 s"
+    assert text[1].startswith("checkpoint: 1 due, the oldest for ")
+    assert text[3] == "needs review in acme: 0"

@@ -310,7 +310,7 @@ class Database:
         self._slots = threading.BoundedSemaphore(pool_size)
         name = self.url.database
         metrics.POOL_MAX.labels(name).inc(pool_size)
-        self._in_use = metrics.POOL_IN_USE.labels(name)
+        self._open = metrics.POOL_OPEN.labels(name)
         self._waits = metrics.POOL_WAITS.labels(name)
         self._wait_seconds = metrics.POOL_WAIT_SECONDS.labels(name)
         self._opened = metrics.CONNECTIONS_OPENED.labels(name)
@@ -323,7 +323,6 @@ class Database:
             started = time.monotonic()
             self._slots.acquire()
             self._wait_seconds.inc(time.monotonic() - started)
-        self._in_use.inc()
         with self._idle_lock:
             idle = self._idle[autocommit]
             if idle:
@@ -331,22 +330,23 @@ class Database:
         try:
             conn = connect(self.url, autocommit=autocommit)
         except BaseException:
-            self._release_slot()
+            self._slots.release()
             raise
         self._opened.inc()
+        self._open.inc()
         return conn
-
-    def _release_slot(self) -> None:
-        self._in_use.dec()
-        self._slots.release()
 
     def _checkin(self, conn, reusable: bool) -> None:
         if reusable:
             with self._idle_lock:
                 self._idle[conn.get_autocommit()].append(conn)
         else:
-            _close_quietly(conn)
-        self._release_slot()
+            self._close(conn)
+        self._slots.release()
+
+    def _close(self, conn) -> None:
+        _close_quietly(conn)
+        self._open.dec()
 
     def run(self, unit: Callable[..., T], *args, **kwargs) -> T:
         """Run `unit(tx, *args, **kwargs)` as one transaction, re-running it on retryable errors."""
@@ -439,7 +439,7 @@ class Database:
             for connections in self._idle.values():
                 connections.clear()
         for conn in idle:
-            _close_quietly(conn)
+            self._close(conn)
 
 
 def unit_of_work(fn: Callable[..., T] | None = None, *, replay_on: tuple[str, ...] = ()):

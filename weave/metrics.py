@@ -97,8 +97,12 @@ DB_UNAVAILABLE = Counter(
 POOL_MAX = Gauge(
     "weave_db_pool_max_connections", "Connections a pool may hold", ["database"], multiprocess_mode="livesum"
 )
-POOL_IN_USE = Gauge(
-    "weave_db_pool_connections_in_use", "Connections checked out of a pool", ["database"], multiprocess_mode="livesum"
+# Open connections change when one is opened or closed, not per unit of work: cheap to keep.
+POOL_OPEN = Gauge(
+    "weave_db_pool_connections",
+    "Connections a pool holds open (idle or in use)",
+    ["database"],
+    multiprocess_mode="livesum",
 )
 POOL_WAITS = Counter("weave_db_pool_waits_total", "Checkouts that waited for a free connection", ["database"])
 POOL_WAIT_SECONDS = Counter(
@@ -117,7 +121,7 @@ API_METRICS = (
     DB_RETRIES,
     DB_UNAVAILABLE,
     POOL_MAX,
-    POOL_IN_USE,
+    POOL_OPEN,
     POOL_WAITS,
     POOL_WAIT_SECONDS,
     CONNECTIONS_OPENED,
