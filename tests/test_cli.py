@@ -394,3 +394,13 @@ def test_admin_stats_prints_the_backlog(env_url, capsys, flow, database, clock):
     assert text[0] == "inbox: 0 due, the oldest for 0.0 s"
     assert text[1].startswith("checkpoint: 1 due, the oldest for ")
     assert text[3] == "needs review in acme: 0"
+
+
+def test_log_format_defaults_json_for_the_services_and_text_for_dev():
+    from weave.cli import build_parser
+
+    parser = build_parser()
+    assert [parser.parse_args([command]).log_format for command in ("serve", "scan", "dev")] == ["json", "json", "text"]
+    assert parser.parse_args(["serve", "--log-format", "text"]).log_format == "text"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["scan", "--log-format", "xml"])

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,7 +22,6 @@ import pytest
 from helpers import (
     insert_instances,
     payment,
-    ready,
     scanner_process,
     signal_flow_definition,
     task_steps,
@@ -297,7 +297,7 @@ def workers_of(pid: int) -> list[int]:
 def test_two_api_processes_count_every_request_and_log_no_secret(flow, migrated_url, database, clock, tmp_path):
     """Done-when of issue 15: real traffic through `weave serve --processes 2`; every scrape, whichever
     process answers it, counts the requests of both; after a worker is killed and replaced, its
-    counts still count. Every log line of the run (the admin command that made the credential, the
+    counts still count; the metric files go with the server. Every log line of the run (the admin command that made the credential, the
     API) is JSON and holds no token, token hash or payload."""
     use_real_time(database, clock)
     flow.publish(signal_flow_definition())
@@ -361,11 +361,14 @@ def test_two_api_processes_count_every_request_and_log_no_secret(flow, migrated_
         for _ in range(6):  # on new connections: both processes answer some of them
             assert counts(scrape_port(port)) == {**expected, "pool": 2 * (4 + 4)}
         first, second = workers_of(parent.pid)
+        (directory,) = {path.parent for path in Path(tempfile.gettempdir()).glob(f"weave-metrics-*/counter_{first}.db")}
         os.kill(first, signal.SIGKILL)
         wait_until(lambda: len(workers := workers_of(parent.pid)) == 2 and first not in workers, timeout=20)
-        wait_until(lambda: ready(port) == 200, timeout=20)
+        # The replacement's pool exists once it has started: the dead worker's gauge no longer counts.
+        wait_until(lambda: counts(scrape_port(port))["pool"] == 2 * (4 + 4), timeout=20)
         for _ in range(4):
             assert counts(scrape_port(port)) == {**expected, "pool": 2 * (4 + 4)}
+    assert parent.returncode == 0 and not directory.exists()  # stopped by SIGTERM: its files are gone
     lines = created.stderr.splitlines() + log_path.read_text().splitlines()
     records = [json.loads(line) for line in lines]  # every line is one JSON object
     requests = [r for r in records if r["logger"] == "weave.access" and r["route"] == SIGNALS]
