@@ -35,8 +35,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from weave import metrics
 from weave.db import Database
 from weave.devdb import free_port
-from weave.scanner import backlog
-from weave.sql import tenancy
+from weave.scanner import Scanner, backlog
+from weave.sql import engine, tenancy
 
 SIGNALS = "/v1/namespaces/{namespace}/workflows/{workflow_id}/signals"
 WORKFLOW = "/v1/namespaces/{namespace}/workflows/{workflow_id}"
@@ -206,6 +206,45 @@ def test_a_checkout_that_waits_for_a_free_connection_is_counted(migrated_url):
     holder.join()
     assert waits() - before == 1
     pool.close()
+
+
+def test_the_scanner_counts_batches_candidates_decisions_failures_backoffs_and_expired_leases(
+    flow, database, clock, monkeypatch
+):
+    def recorded(name: str, **labels) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    counted = [
+        ("weave_scanner_batches_total", {}),
+        ("weave_scanner_batch_duration_seconds_count", {}),
+        ("weave_scanner_candidates_total", {"source": "checkpoint"}),
+        ("weave_scanner_decisions_total", {"kind": "ACTIVATED"}),
+        ("weave_scanner_failures_total", {"source": "checkpoint"}),
+        ("weave_scanner_backoffs_total", {"source": "checkpoint"}),
+        ("weave_scanner_leases_expired_total", {"decision": "REQUEUE"}),
+    ]
+    before = [recorded(name, **labels) for name, labels in counted]
+    flow.publish(task_steps("a"))
+    flow.start("w-1")
+    flow.start("w-2")
+    poisoned = flow.rows("SELECT id FROM instances WHERE workflow_id = 'w-2'")[0]["id"]
+    real_activate = engine.activate
+
+    def activate(tx, instance, *args):
+        if instance["id"] == poisoned:
+            tx.execute("SELECT no_such_column FROM instances")  # a real SQL error (1054)
+        return real_activate(tx, instance, *args)
+
+    monkeypatch.setattr(engine, "activate", activate)
+    report = Scanner(database).run_once()  # w-1 is activated, w-2 fails and is backed off
+    assert (report.candidates, report.done, report.failed) == (2, 1, 1)
+    assert flow.claim(lease_seconds=1).status_code == 200
+    monkeypatch.setattr(engine, "activate", real_activate)
+    clock.advance(2)
+    report = Scanner(database).run_once()  # w-2 is due again and activated; w-1's lease expired
+    assert (report.leases, report.done) == ({"REQUEUE": 1}, 1)
+    after = [recorded(name, **labels) for name, labels in counted]
+    assert [round(a - b) for a, b in zip(after, before)] == [2, 2, 3, 2, 1, 1, 1]
 
 
 # ---- the backlog: read from the database when scraped ------------------------------------------------
