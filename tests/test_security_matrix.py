@@ -264,6 +264,7 @@ CALLS: dict[tuple[str, str], list[Callable[[World], Call]]] = {
     ("GET", "/healthz"): [lambda w: Call({})],
     ("GET", "/readyz"): [lambda w: Call({})],
     ("GET", "/v1/openapi.json"): [lambda w: Call({})],
+    ("GET", "/metrics"): [lambda w: Call({})],
     ("POST", f"{N}/definitions"): [lambda w: Call({}, definition(w.unique("def")), ok=201)],
     ("GET", f"{N}/definitions/{{name}}/versions/{{version:int(min=1)}}"): [
         lambda w: Call({"name": "flow", "version": "1"})
