@@ -534,8 +534,19 @@ def substitutions(op, call: Call, w: World):
 
 
 def masked(result, value: str) -> tuple:
-    text = result.text.replace(value, "<id>")
-    return result.status_code, json.loads(text) if text else None
+    """The answer with `value` (an id) replaced in its strings: never inside a number such as the
+    status 404 when the id is 40."""
+
+    def mask(node):
+        if isinstance(node, str):
+            return node.replace(value, "<id>")
+        if isinstance(node, dict):
+            return {key: mask(item) for key, item in node.items()}
+        if isinstance(node, list):
+            return [mask(item) for item in node]
+        return node
+
+    return result.status_code, mask(json.loads(result.text)) if result.text else None
 
 
 @by_operation

@@ -52,6 +52,7 @@ class Operation:
     queue_grant: str | None = None  # the URL parameter naming a queue the credential needs a grant for
     request: str | None = None  # name of a schema in weave/schemas
     response: str | None = None  # the body of every success but 204: a $defs entry of weave/schemas/responses.json
+    text: str | None = None  # instead of `response`: the media type of a body that is text, not JSON (/metrics)
     # What the responder itself answers: its successes and its own refusals. `weave.openapi` adds
     # what the middleware and `read_json` answer in front of it (401, 403, 404, 413, 415, 422, ...).
     statuses: tuple[int, ...] = (200,)

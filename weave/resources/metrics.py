@@ -16,6 +16,7 @@ class Metrics:
     @operation(
         "Prometheus metrics: this API's (every process of `weave serve`) and the database's backlog",
         public=True,
+        text=CONTENT_TYPE,
     )
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.content_type = CONTENT_TYPE
