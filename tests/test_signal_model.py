@@ -45,7 +45,6 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
-    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -63,6 +62,8 @@ TASK_TIMEOUT = 300  # reserve and ship (signal_flow_definition)
 WORKFLOWS = {"o-1": 1800, "o-2": 900}  # workflow id (also its order id and correlation key) -> total deadline
 STEPS_IN_ORDER = ("reserve", "payment", "ship")
 QUEUE_OF = {"reserve": "inventory", "ship": "carrier"}
+MAX_ATTEMPTS = 3  # signal_flow_definition's tasks (the default)
+LEASE = 3600  # the longest a claim may ask for; the clock never passes a lease the worker holds
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 US = timedelta(microseconds=1)
 
@@ -128,7 +129,11 @@ class Activation:
     status: str = "ACTIVE"
     review_reason: str | None = None
     result: Any = None
-    task: str | None = None  # TASK steps: QUEUED, SUCCEEDED, CANCELLED
+    # TASK steps: the step's task (one per activation; a retryable failure re-queues the same task)
+    task: str | None = None  # QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED
+    attempt: int = 0
+    available_at: datetime | None = None
+    cancel_requested: bool = False
     completed_at: datetime | None = None
     task_result: Any = None
     reported: bool = False  # the task's final outcome was applied to the step (P7)
@@ -217,18 +222,15 @@ class Model:
     def _one_move(self, wf: Workflow, now: datetime) -> bool:
         for step in QUEUE_OF:
             for a in wf.activations[step]:
-                if a.task == "SUCCEEDED" and not a.reported:  # P7: the task's inbox event
+                if a.completed_at is not None and not a.reported:  # P7: the task's inbox event
                     a.reported = True
                     if a.status == "ACTIVE":
-                        if a.completed_at >= a.deadline:
-                            self.review(wf, a, "STEP_DEADLINE_EXCEEDED")
-                        else:
-                            self.succeed(wf, a, a.task_result, now)
+                        self.task_outcome(wf, a, now)
                     return True
             a = wf.latest(step)
-            if a is not None and a.status == "ACTIVE" and now >= a.deadline and a.task != "SUCCEEDED":
+            if a is not None and a.status == "ACTIVE" and now >= a.deadline and a.completed_at is None:
                 self.review(wf, a, "STEP_DEADLINE_EXCEEDED")  # P7: the step's deadline passed without an outcome
-                a.task = "CANCELLED"
+                self.cancel_task(a)
                 return True
         a = wf.latest("payment")
         if a is not None and a.status == "ACTIVE":
@@ -246,6 +248,25 @@ class Model:
                 s.status, s.disposition = "EXPIRED", "EXPIRED_UNMATCHED"
                 return True
         return False
+
+    def task_outcome(self, wf: Workflow, a: Activation, now: datetime) -> None:
+        """P7, by the facts' times: an outcome at or after the step's deadline came too late, whatever
+        it says (the deadline passed first); before it, SUCCEEDED settles the step, anything else
+        sends it to review."""
+        if a.completed_at >= a.deadline:
+            self.review(wf, a, "STEP_DEADLINE_EXCEEDED")
+        elif a.task == "SUCCEEDED":
+            self.succeed(wf, a, a.task_result, now)
+        else:
+            self.review(wf, a, {"FAILED": "TASK_FAILED", "CANCELLED": "TASK_CANCELLED"}[a.task])
+
+    @staticmethod
+    def cancel_task(a: Activation) -> None:
+        """P5: a queued task is cancelled at once; a running one is asked to stop and keeps running."""
+        if a.task == "QUEUED":
+            a.task = "CANCELLED"
+        elif a.task == "RUNNING":
+            a.cancel_requested = True
 
     def adjudicate(self, wf: Workflow, a: Activation, pending: list[Signal], now: datetime) -> None:
         """S2.2-S2.6: the first match by (accepted_at, id) wins if accepted before the deadline."""
@@ -291,7 +312,7 @@ class Model:
         if step == "payment":
             a.wait = Wait(wf.workflow_id, a.deadline)  # correlated on /input/order_id, the workflow id here
         else:
-            a.task = "QUEUED"
+            a.task, a.available_at = "QUEUED", now
         wf.activations[step].append(a)
 
     def succeed(self, wf: Workflow, a: Activation, result: Any, now: datetime) -> None:
@@ -324,8 +345,7 @@ class Model:
                         a.status, a.review_reason = "CANCELLED", None
                     if a.wait is not None and a.wait.status == "WAITING":
                         a.wait.status = "CANCELLED"
-                    if a.task == "QUEUED":
-                        a.task = "CANCELLED"
+                    self.cancel_task(a)
             for s in wf.signals:
                 if s.status == "PENDING":
                     s.status, s.disposition = "REJECTED", "INSTANCE_SETTLED"
@@ -334,35 +354,52 @@ class Model:
 
     def retry_step(self, wf: Workflow, step: str, now: datetime) -> Expected:
         a = wf.latest(step)
-        if wf.status != "NEEDS_REVIEW" or a is None or a.status != "NEEDS_REVIEW" or now >= wf.deadline:
+        if wf.status != "NEEDS_REVIEW" or a is None or a.status != "NEEDS_REVIEW":
             return Expected(409, "INVALID_STATE")
+        if a.task == "RUNNING":
+            return Expected(409, "TASK_IN_FLIGHT")  # R2: its outcome is not known yet
+        if now >= wf.deadline:
+            return Expected(409, "INVALID_STATE")  # I4: no new work after the total deadline
         a.status, a.review_reason = "SUPERSEDED", None
         if a.wait is not None:
             a.wait.status = "SUPERSEDED"
         for s in wf.signals:
             if s.status == "PENDING" and s.sequence == a.sequence and step == "payment":
                 s.status, s.disposition = "REJECTED", "STALE_ACTIVATION"
-        if a.task == "QUEUED":
-            a.task = "CANCELLED"
+        self.cancel_task(a)
         self.move(wf, "RUNNING", "OPEN")
         self.activate(wf, step, a.sequence + 1, now)
         return Expected(200)
 
     # ---- the worker ----
 
-    def claimable(self, queue: str) -> set[tuple[str, str, int]]:
+    def claimable(self, queue: str, now: datetime) -> set[tuple[str, str, int]]:
         return {
             (wf.workflow_id, a.step, a.sequence)
             for wf in self.workflows.values()
             for step, q in QUEUE_OF.items()
             if q == queue
             for a in wf.activations[step]
-            if a.task == "QUEUED"
+            if a.task == "QUEUED" and a.available_at <= now
         }
 
-    def complete(self, workflow_id: str, step: str, sequence: int, result: Any, now: datetime) -> None:
-        a = self.workflows[workflow_id].activations[step][sequence - 1]
-        a.task, a.completed_at, a.task_result = "SUCCEEDED", now, result
+    def task(self, workflow_id: str, step: str, sequence: int) -> Activation:
+        return self.workflows[workflow_id].activations[step][sequence - 1]
+
+    def claim(self, a: Activation) -> None:
+        a.task, a.attempt = "RUNNING", a.attempt + 1
+
+    def report(
+        self, a: Activation, attempt: int, outcome: str, retryable: bool, result: Any, now: datetime
+    ) -> Expected:
+        """P3/P4: the lease holder reports; a repeated report (or a stale attempt's) finds its lease lost."""
+        if a.task != "RUNNING" or a.attempt != attempt:
+            return Expected(409, "LEASE_LOST")
+        if outcome == "FAILED" and retryable and a.attempt < MAX_ATTEMPTS and not a.cancel_requested:
+            a.task, a.available_at = "QUEUED", now + timedelta(seconds=2 ** (a.attempt - 1))  # backoff 1, 2, 4 s…
+        else:
+            a.task, a.completed_at, a.task_result = outcome, now, result
+        return Expected(200)
 
     def deadlines(self) -> list[datetime]:
         """Every deadline the model knows of (workflows', steps', waits')."""
@@ -390,6 +427,20 @@ def body_of(workflow_id: str, correlation: str, sequence: int, amount, variant: 
     return body
 
 
+def changed(body: dict, change: str) -> dict:
+    """`body` with one field changed: other content for the same idempotency key."""
+    other = dict(body, payload=dict(body["payload"]))
+    if change == "reason":
+        other["reason"] += " (again)"
+    elif change == "amount":
+        other["payload"]["amount"] += 1
+    elif change == "sequence":
+        other["target_activation_sequence"] += 1
+    else:
+        other["correlation_key"] += "-x"
+    return other
+
+
 def test_signal_model(database, weave_tables, client, clock):
     seen = collections.Counter()  # what the sends were answered, over every example
     figures = collections.Counter()
@@ -412,63 +463,57 @@ def test_signal_model(database, weave_tables, client, clock):
                 self.flow.start(workflow_id, input={"order_id": workflow_id}, deadline_seconds=seconds)
             self.digests: dict[str, str] = {}  # canonical body -> the request digest the service gave it
             self.requests: list[tuple[str, str, dict]] = []  # every send, for replays
+            self.held: dict[str, tuple[dict, datetime]] = {}  # task id -> (claimed task, its lease's end)
+            self.reported: list[dict] = []  # claimed tasks the worker has reported on
             self.steps = self.checked = 0
-            self.uses = collections.Counter()  # rule name -> times run in this example
+            self.uses = collections.Counter()  # rule name -> times run in this example (for the figures)
             figures["examples"] += 1
 
-        @initialize(stage=st.sampled_from(["fresh", "reserving", "paying", "paying", "paying"]))
+        @initialize(stage=st.sampled_from(["paying", "holding", "paying", "reserving", "fresh"]))
         def start(self, stage):
-            """Most examples begin with both payment waits active; some with the reserve tasks queued,
-            some before the scanner's first look (early signals then come before any step)."""
+            """Most examples begin with both payment waits active; some with the reserve tasks held by
+            the worker or queued, some before the scanner's first look (early signals then come
+            before any step)."""
+            figures[f"stage {stage}"] += 1
             if stage != "fresh":
                 self.scan_both()
-            if stage == "paying":
+            if stage in ("holding", "paying"):
                 for _ in WORKFLOWS:
-                    self.work_on("inventory")
+                    self.claim_from("inventory")
+            if stage == "paying":
+                for task_id in sorted(self.held):
+                    self.report_on(task_id, "SUCCEEDED")
                 self.scan_both()
+
+        # Five rules, each valid in every state (hypothesis drops an example whose enabled rules
+        # all refuse), each choosing what it does from its arguments.
 
         # ---- the outside world ----
 
-        @rule(
-            workflow_id=st.sampled_from(sorted(WORKFLOWS)),
-            correlation=st.sampled_from(["own", "own", "own", "own+space", "other"]),
-            sequence=st.sampled_from([1, 1, 1, 2, 3]),
-            amount=st.sampled_from([12.5, 7]),
-            variant=st.sampled_from(["ok"] * 6 + ["other_version", "payload_off_schema", "sequence_0"]),
-        )
-        @counted
-        def send(self, workflow_id, correlation, sequence, amount, variant):
-            """A new idempotency key (k1, k2, … per workflow: the same key in the other one is another signal)."""
-            key = f"k{sum(1 for wid, _, _ in self.requests if wid == workflow_id) + 1}"
-            self.send_and_compare(workflow_id, key, body_of(workflow_id, correlation, sequence, amount, variant))
-
-        @precondition(lambda self: self.requests and self.uses["replay"] < 6)
         @rule(data=st.data())
         @counted
-        def replay(self, data):
-            """The same request again (a client retrying): a stored one answers its first receipt."""
-            workflow_id, key, body = data.draw(st.sampled_from(self.requests), label="request")
-            self.send_and_compare(workflow_id, key, body)
-
-        @precondition(
-            lambda self: any(wf.keys for wf in self.model.workflows.values()) and self.uses["conflicting_replay"] < 4
-        )
-        @rule(data=st.data(), change=st.sampled_from(["reason", "amount", "sequence", "correlation"]))
-        @counted
-        def conflicting_replay(self, data, change):
-            """A used key with other content: 409 IDEMPOTENCY_CONFLICT, whatever the content says."""
+        def send(self, data):
+            """A signal request: mostly new (keys k1, k2, … per workflow: the same key in the other
+            workflow is another signal), else the same request again (a client retrying) or a used
+            key with other content."""
+            kind = data.draw(st.sampled_from(["new"] * 5 + ["repeat", "conflict"]), label="kind")
             stored = [(wid, s) for wid, wf in self.model.workflows.items() for s in wf.signals]
-            workflow_id, first = data.draw(st.sampled_from(stored), label="stored signal")
-            body = dict(first.body, payload=dict(first.body["payload"]))
-            if change == "reason":
-                body["reason"] += " (again)"
-            elif change == "amount":
-                body["payload"]["amount"] = body["payload"]["amount"] + 1
-            elif change == "sequence":
-                body["target_activation_sequence"] += 1
+            if kind == "repeat" and self.requests:
+                self.send_and_compare(*data.draw(st.sampled_from(self.requests), label="request"))
+            elif kind == "conflict" and stored:
+                workflow_id, first = data.draw(st.sampled_from(stored), label="stored signal")
+                change = data.draw(st.sampled_from(["reason", "amount", "sequence", "correlation"]), label="change")
+                self.send_and_compare(workflow_id, first.key, changed(first.body, change))
             else:
-                body["correlation_key"] += "-x"
-            self.send_and_compare(workflow_id, first.key, body)
+                workflow_id = data.draw(st.sampled_from(sorted(WORKFLOWS)), label="workflow")
+                correlation = data.draw(st.sampled_from(["own", "own", "own", "own+space", "other"]), label="key")
+                sequence = data.draw(st.sampled_from([1, 1, 1, 2, 3]), label="sequence")
+                amount = data.draw(st.sampled_from([12.5, 7]), label="amount")
+                variant = data.draw(
+                    st.sampled_from(["ok"] * 6 + ["other_version", "payload_off_schema", "sequence_0"]), label="variant"
+                )
+                key = f"k{sum(1 for wid, _, _ in self.requests if wid == workflow_id) + 1}"
+                self.send_and_compare(workflow_id, key, body_of(workflow_id, correlation, sequence, amount, variant))
 
         def send_and_compare(self, workflow_id: str, key: str, body: dict) -> None:
             self.requests.append((workflow_id, key, body))
@@ -512,28 +557,81 @@ def test_signal_model(database, weave_tables, client, clock):
 
         # ---- the worker ----
 
-        @precondition(lambda self: self.model.claimable("inventory") or self.model.claimable("carrier"))
-        @rule(data=st.data())
+        @rule(data=st.data(), action=st.sampled_from(["claim", "claim", "report", "report", "again", "heartbeat"]))
         @counted
-        def work(self, data):
-            """Claim the queue's next task and complete it at once (a worker that never fails)."""
-            self.work_on(data.draw(st.sampled_from([q for q in ("inventory", "carrier") if self.model.claimable(q)])))
+        def work(self, data, action):
+            """The worker claims a task, reports on one it holds (a result, a retryable or final
+            failure, CANCELLED), reports on one again (its answer was lost), or heartbeats."""
+            queues = [q for q in ("inventory", "carrier") if self.model.claimable(q, clock.now())]
+            possible = {"claim": queues, "report": self.held, "again": self.reported, "heartbeat": self.held}
+            if not possible[action]:  # the first thing the worker can do instead
+                action = next((a for a in ("claim", "report", "again") if possible[a]), None)
+            if action == "claim":
+                self.claim_from(data.draw(st.sampled_from(queues), label="queue"))
+            elif action == "report":
+                outcome = data.draw(st.sampled_from(["SUCCEEDED"] * 4 + ["RETRYABLE", "FAILED", "CANCELLED"]))
+                self.report_on(data.draw(st.sampled_from(sorted(self.held)), label="task"), outcome)
+            elif action == "again":
+                self.report_again(data.draw(st.sampled_from(self.reported), label="reported task"))
+            elif action == "heartbeat":
+                self.heartbeat(self.held[data.draw(st.sampled_from(sorted(self.held)), label="task")][0])
 
-        def work_on(self, queue: str) -> None:
-            claimable = self.model.claimable(queue)
-            claimed = self.flow.claim(queue)
+        def claim_from(self, queue: str) -> dict:
+            """P2: the queue's oldest available task, one the model knows to be claimable."""
+            claimable = self.model.claimable(queue, clock.now())
+            claimed = self.flow.claim(queue, lease_seconds=LEASE)
             assert claimed.status_code == 200, claimed.text
             task = claimed.json
-            assert (task["workflow_id"], task["step_key"], task["activation_sequence"]) in claimable, task
-            assert (task["kind"], task["attempt"]) == ("TASK", 1)
-            result = {"done": f"{task['step_key']}-{task['workflow_id']}-{task['activation_sequence']}"}
-            assert self.flow.complete(task, result=result).status_code == 200
-            self.model.complete(task["workflow_id"], task["step_key"], task["activation_sequence"], result, clock.now())
-            figures["tasks"] += 1
+            identity = (task["workflow_id"], task["step_key"], task["activation_sequence"])
+            assert identity in claimable, (task, claimable)
+            a = self.model.task(*identity)
+            self.model.claim(a)
+            assert (task["kind"], task["attempt"]) == ("TASK", a.attempt), task
+            self.held[task["task_id"]] = (task, clock.now() + timedelta(seconds=LEASE))
+            figures["claims"] += 1
+            return task
+
+        def report_on(self, task_id: str, outcome: str) -> None:
+            task, _ = self.held.pop(task_id)
+            self.reported.append(task)
+            a = self.model.task(task["workflow_id"], task["step_key"], task["activation_sequence"])
+            result = {"done": f"{task['step_key']}-{task['workflow_id']}-{task['attempt']}"}
+            body = {"result": result}
+            if outcome in ("RETRYABLE", "FAILED"):
+                body = {"error": {"message": "carrier down", "retryable": outcome == "RETRYABLE"}}
+            elif outcome == "CANCELLED":
+                body = {}
+            reported = "FAILED" if outcome == "RETRYABLE" else outcome
+            expected = self.model.report(a, task["attempt"], reported, outcome == "RETRYABLE", result, clock.now())
+            answer = self.flow.complete(task, outcome=reported, **body)
+            assert answer.status_code == expected.http, answer.text
+            if expected.code:
+                assert answer.json["code"] == expected.code, answer.text
+            else:
+                assert (answer.json["status"], answer.json["attempt"]) == (a.task, a.attempt), answer.json
+            seen[f"report {outcome} {expected.code or a.task}"] += 1
+
+        def report_again(self, task: dict) -> None:
+            """P3: the lease went with the first report; the repeat changes nothing."""
+            a = self.model.task(task["workflow_id"], task["step_key"], task["activation_sequence"])
+            expected = self.model.report(a, task["attempt"], "SUCCEEDED", False, {}, clock.now())
+            answer = self.flow.complete(task, result={})
+            assert (answer.status_code, answer.json.get("code")) == (expected.http, expected.code), answer.text
+
+        def heartbeat(self, task: dict) -> None:
+            """P3/P5: the lease is extended and the worker learns whether it should stop."""
+            a = self.model.task(task["workflow_id"], task["step_key"], task["activation_sequence"])
+            beat = self.flow.heartbeat(task, lease_seconds=LEASE)
+            assert beat.status_code == 200, beat.text
+            assert beat.json["cancel_requested"] is a.cancel_requested
+            self.held[task["task_id"]] = (task, clock.now() + timedelta(seconds=LEASE))
+
+        def lease_bound(self) -> datetime:
+            """The clock stays before every lease the worker holds (lease expiry is Pulse's, not modelled)."""
+            return min((until for _, until in self.held.values()), default=datetime.max)
 
         # ---- the scanner and the clock ----
 
-        @precondition(lambda self: something_due())
         @rule(data=st.data(), shuffled=st.booleans())
         @counted
         def scan(self, data, shuffled):
@@ -558,55 +656,43 @@ def test_signal_model(database, weave_tables, client, clock):
             self.model.scan(clock.now())
             figures["passes"] += 1
 
-        @precondition(lambda self: self.uses["advance_clock"] < 8)
-        @rule(seconds=st.sampled_from([1, 10, 60]))
+        @rule(data=st.data(), move=st.sampled_from([1, 10, 60, "deadline", "deadline", "just before", "just after"]))
         @counted
-        def advance_clock(self, seconds):
-            clock.advance(seconds)
-
-        @precondition(
-            lambda self: self.uses["advance_to_a_deadline"] < 3 and any(d > clock.now() for d in self.model.deadlines())
-        )
-        @rule(data=st.data(), offset=st.sampled_from([-US, timedelta(0), timedelta(0), US]))
-        @counted
-        def advance_to_a_deadline(self, data, offset):
-            """To a coming deadline exactly (S2.3: equal is late), or a microsecond either side."""
+        def advance_clock(self, data, move):
+            """A few seconds, or to a coming deadline exactly (S2.3: equal is late) or a microsecond
+            either side; never past a lease the worker holds."""
             coming = [d for d in self.model.deadlines() if d > clock.now()]
-            target = data.draw(st.sampled_from(coming[:3]), label="deadline") + offset
-            if target > clock.now():
+            if isinstance(move, int):
+                target = clock.now() + timedelta(seconds=move)
+            elif coming:
+                offset = {"deadline": timedelta(0), "just before": -US, "just after": US}[move]
+                target = data.draw(st.sampled_from(coming[:3]), label="deadline") + offset
+            else:
+                return
+            if clock.now() < target < self.lease_bound():
                 clock.set(target)
 
         # ---- operators ----
 
-        @precondition(lambda self: self.uses["control"] < 3)  # a cancelled workflow has little left to say
-        @rule(
-            workflow_id=st.sampled_from(sorted(WORKFLOWS)),
-            action=st.sampled_from(["pause", "resume", "pause", "resume", "cancel"]),
-        )
+        @rule(data=st.data(), action=st.sampled_from(["pause", "resume", "pause", "resume", "cancel", "retry_step"]))
         @counted
-        def control(self, workflow_id, action):
-            expected = self.model.control(self.model.workflows[workflow_id], action)
+        def operate(self, data, action):
+            """R1 on either workflow, or R2's retry_step: mostly of the step under review, else of
+            any step (refused unless it is the one under review)."""
+            if action != "retry_step":
+                workflow_id = data.draw(st.sampled_from(sorted(WORKFLOWS)), label="workflow")
+                expected = self.model.control(self.model.workflows[workflow_id], action)
+                path, body = action, {"reason": "model"}
+            else:
+                anywhere = [(w, s) for w in sorted(WORKFLOWS) for s in STEPS_IN_ORDER]
+                workflow_id, step = data.draw(st.sampled_from(self.under_review() * 3 + anywhere), label="step")
+                expected = self.model.retry_step(self.model.workflows[workflow_id], step, clock.now())
+                path, body = "review", {"action": "retry_step", "step_key": step, "reason": "model"}
             answer = self.flow.client.simulate_post(
-                f"{self.flow.ns}/workflows/{workflow_id}/{action}", json={"reason": "model"}, headers=self.operator
+                f"{self.flow.ns}/workflows/{workflow_id}/{path}", json=body, headers=self.operator
             )
             self.compare_answer(answer, expected, workflow_id)
             seen[f"{action} {expected.code or 'done'}"] += 1
-
-        @precondition(lambda self: self.under_review() and self.uses["retry_step"] < 3)
-        @rule(data=st.data(), anywhere=st.booleans())
-        @counted
-        def retry_step(self, data, anywhere):
-            """R2 on the step under review, or on any step of either workflow (refused unless it is the one)."""
-            choices = [(w, s) for w in sorted(WORKFLOWS) for s in STEPS_IN_ORDER] if anywhere else self.under_review()
-            workflow_id, step = data.draw(st.sampled_from(choices), label="step")
-            expected = self.model.retry_step(self.model.workflows[workflow_id], step, clock.now())
-            answer = self.flow.client.simulate_post(
-                f"{self.flow.ns}/workflows/{workflow_id}/review",
-                json={"action": "retry_step", "step_key": step, "reason": "model"},
-                headers=self.operator,
-            )
-            self.compare_answer(answer, expected, workflow_id)
-            seen[f"retry_step {expected.code or 'done'}"] += 1
 
         def under_review(self) -> list[tuple[str, str]]:
             return [
@@ -640,7 +726,8 @@ def test_signal_model(database, weave_tables, client, clock):
                 a = wf.latest(key)
                 assert step_view == step_view | self.step_view(a), (wf.workflow_id, key, step_view)
                 if a is not None and a.task is not None:
-                    assert step_view["task"]["status"] == a.task, (wf.workflow_id, key, step_view)
+                    task = (step_view["task"]["status"], step_view["task"]["attempt"])
+                    assert task == (a.task, a.attempt), (wf.workflow_id, key, step_view)
 
         @staticmethod
         def step_view(a: Activation | None) -> dict:
@@ -684,6 +771,8 @@ def test_signal_model(database, weave_tables, client, clock):
             """Time passes beyond every deadline with nobody sending or working: everything settles."""
             if self.checked != self.steps:
                 return  # a step failed: that is the failure to report
+            for task_id in sorted(self.held):  # the worker finishes what it holds
+                self.report_on(task_id, "SUCCEEDED")
             clock.advance(days=2)
             run_units_until_idle(database)
             self.model.scan(clock.now())
@@ -705,10 +794,6 @@ def test_signal_model(database, weave_tables, client, clock):
             for wf in self.model.workflows.values():
                 reached[f"{wf.status} {wf.review_reason or ''}".strip()] += 1
                 reached[f"payment activations: {len(wf.activations['payment'])}"] += 1
-
-    def something_due() -> bool:
-        """Whether a scanner pass would find work now (a pass with none is a step wasted)."""
-        return any(database.read(source.due, 1) for source in SOURCES)
 
     run_state_machine_as_test(
         SignalModel,
