@@ -38,7 +38,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from helpers import Flow, empty_database, make_tenant, run_units_until_idle, signal_flow_definition
+from helpers import (
+    RECEIPT_FIELDS,
+    Flow,
+    empty_database,
+    make_tenant,
+    run_units_until_idle,
+    signal_flow_definition,
+)
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -536,16 +543,7 @@ def test_signal_model(database, weave_tables, client, clock):
                 return
             assert "Idempotent-Replayed" not in answer.headers
             receipt = answer.json
-            assert list(receipt) == [
-                "signal_id",
-                "workflow_id",
-                "status",
-                "disposition",
-                "accepted_at",
-                "expires_at",
-                "idempotency_key",
-                "request_digest",
-            ]
+            assert list(receipt) == list(RECEIPT_FIELDS)
             assert receipt["signal_id"] not in {s.signal_id for s in self.model.workflows[workflow_id].signals}
             assert (receipt["workflow_id"], receipt["idempotency_key"]) == (workflow_id, key)
             assert (receipt["status"], receipt["disposition"]) == (signal.status, signal.disposition), label
