@@ -7,22 +7,25 @@ id) -> `ship` (TASK) with different total deadlines. Hypothesis interleaves, in 
   the workflow's own correlation key, another workflow's, the own one with a trailing space (other
   bytes), sequences 1-3 (older, current, future ones once a review made a new generation),
   sequence 0, a payload version or a payload off the contract;
-- a worker claiming and completing the next task of a queue (which activates `payment` or ends
-  the workflow), maybe after the step's deadline;
-- scanner passes (every due unit of every source, until none is due);
+- a worker claiming tasks and reporting on them (a result, a retryable or final failure,
+  CANCELLED, a report sent twice), maybe after the step's deadline or a cancel, and heartbeats;
+- scanner passes (every due unit of every source, until none is due), in the scanner's order or
+  in any order, as several scanners may take them;
 - the clock moving by a few seconds, or to exactly a coming deadline (a wait's, a step's, a
   workflow's), a microsecond before it or a microsecond after it;
 - pause, resume and cancel, and a review's retry_step (which makes sequence 2, 3, …).
 
-`Model` below is a small pure reading of SPEC §5-§6 (and R1, R2, I3, I4, P7 as far as these
-workflows need them) written for this test: it does not import `weave.rules`. Every answer of the
+`Model` below is a small pure reading of SPEC §5-§6 (and R1, R2, I3, I4, P2-P5, P7 as far as these
+workflows need them, and docs/decisions.md where the spec is silent) written for this test: it does not import `weave.rules`. Every answer of the
 service (HTTP status, problem code, every receipt field, replays byte for byte) is compared with the
 model's, and after every step so is every workflow (status, gate, review reason, each step's
 activation, result, wait and task) and every signal (status, disposition, times). Each example
 ends by letting time pass beyond every deadline: then every signal must have its one final
 disposition, every wait at most one winner (read from the rows), and both sides must still agree.
 
-CI runs EXAMPLES examples of at most STEPS steps (well under a minute). The longer run is
+Lease expiry is left to Pulse's own tests: the clock never passes a lease the worker holds.
+
+CI runs EXAMPLES examples of at most STEPS steps (about half a minute). The longer run is
 `WEAVE_SOAK=1 scripts/test tests/test_signal_model.py -s` (50 times as many examples; WEAVE_SOAK=N:
 N times that); `-s` prints what the examples reached.
 """
