@@ -253,6 +253,17 @@ def signal_flow_definition(timeout: int = 3600) -> dict:
 
 
 ABSENT = object()  # `payment(payload=ABSENT)` leaves the member out of the body
+# The members of a signal receipt, in the order it is written (SPEC §11).
+RECEIPT_FIELDS = (
+    "signal_id",
+    "workflow_id",
+    "status",
+    "disposition",
+    "accepted_at",
+    "expires_at",
+    "idempotency_key",
+    "request_digest",
+)
 
 
 def payment(correlation_key: str = "o-1", sequence: int = 1, **overrides) -> dict:
