@@ -1,6 +1,7 @@
 """Benchmarks: Weave over HTTP beside a raw PyMySQL baseline doing the same statements, same run.
 
     scripts/bench [--only pulse|e2e|signals|latency|validation] [--json FILE]   (--help lists every option)
+    scripts/bench --only signals --against main      (signal acceptance: this checkout against a revision)
 
 Everything runs on this machine: a private database server, `weave serve` and `weave scan` as
 separate processes, and load generator threads here. Each figure is printed beside its baseline
@@ -13,17 +14,19 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import io
 import json
 import os
 import random
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from statistics import median
@@ -57,11 +60,22 @@ class Bench:
     namespace_id: int
     server_pid: int
     database_pid: int
+    label: str = "weave"  # what the figures of this server are printed as
+    reference: "Bench | None" = None  # `--against REF`: REF's `weave serve`, on the same database
+
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
-def running_weave(threads: int, processes: int = 1):
-    with tempfile.TemporaryDirectory(prefix="weave-bench-") as folder, PrivateServer(Path(folder)) as server:
+def running_weave(threads: int, processes: int = 1, against: str | None = None):
+    """A private database server with the bench's tenant, this checkout's `weave serve`, and with
+    `against` a second `weave serve` of that git revision on the same database (`Bench.reference`)."""
+    with (
+        tempfile.TemporaryDirectory(prefix="weave-bench-") as folder,
+        PrivateServer(Path(folder)) as server,
+        ExitStack() as stack,
+    ):
         url = DatabaseUrl.parse(server.url("weave_bench"))
         migrate.ensure_database(url)
         migrate.apply(url)
@@ -84,40 +98,44 @@ def running_weave(threads: int, processes: int = 1):
             database, NS, "app", "bench-worker", ["tasks:work"], [QUEUE], auth.token_hash(worker_token), None
         )
         namespace_id = tenancy.authenticate(database, auth.token_hash(client_token)).namespace_id
-        port = free_port()
+        stack.callback(database.close)
         env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
-        serve = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "weave.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--threads",
-                str(threads),
-                "--processes",
-                str(processes),
-            ],
-            env=env,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            _wait_http(port)
-            yield Bench(
-                url,
-                database,
-                f"http://127.0.0.1:{port}",
-                client_token,
-                worker_token,
-                namespace_id,
-                serve.pid,
-                server.process.pid,
-            )
-        finally:
-            serve.terminate()
-            serve.wait(10)
-            database.close()
+        base, pid = stack.enter_context(_serving(env, threads, processes))
+        bench = Bench(url, database, base, client_token, worker_token, namespace_id, pid, server.process.pid)
+        if against:
+            tree = stack.enter_context(_revision_tree(against))
+            base, pid = stack.enter_context(_serving({**env, "PYTHONPATH": str(tree)}, threads, processes))
+            bench.reference = replace(bench, base=base, server_pid=pid, label=against)
+        yield bench
+
+
+@contextmanager
+def _serving(env: dict, threads: int, processes: int):
+    """`weave serve` (the Weave that `env` imports) on a free port: (base URL, pid). Logs go nowhere."""
+    port = free_port()
+    command = ["serve", "--port", str(port), "--threads", str(threads), "--processes", str(processes)]
+    serve = subprocess.Popen([sys.executable, "-m", "weave.cli", *command], env=env, stderr=subprocess.DEVNULL)
+    try:
+        _wait_http(port)
+        yield f"http://127.0.0.1:{port}", serve.pid
+    finally:
+        serve.terminate()
+        serve.wait(10)
+
+
+@contextmanager
+def _revision_tree(ref: str):
+    """The Weave of git revision `ref`, laid out as installed (its top-level sql/ and migrations/ as
+    weave/sql and weave/migrations), in a temporary folder to put first on PYTHONPATH. It runs on
+    this run's database, migrated by this checkout: `ref` must need no migration this one lacks."""
+    with tempfile.TemporaryDirectory(prefix="weave-ref-") as folder:
+        archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(folder, filter="data")
+        tree = Path(folder)
+        for name in ("sql", "migrations"):
+            (tree / name).rename(tree / "weave" / name)
+        yield tree
 
 
 def _wait_http(port: int) -> None:
@@ -223,12 +241,18 @@ def run_threads(count: int, target, prepare=None, at_start=None) -> float:
 
 
 def report(
-    label: str, weave_rate: float, baseline_rate: float, unit: str, extra: str = "", ratio: float | None = None
+    label: str,
+    weave_rate: float,
+    baseline_rate: float,
+    unit: str,
+    extra: str = "",
+    ratio: float | None = None,
+    baseline_name: str = "baseline",
 ) -> dict:
     if ratio is None:
         ratio = weave_rate / baseline_rate if baseline_rate else float("nan")
     print(
-        f"{label:<44} weave {weave_rate:8.1f} {unit}   baseline {baseline_rate:8.1f} {unit}   "
+        f"{label:<44} weave {weave_rate:8.1f} {unit}   {baseline_name} {baseline_rate:8.1f} {unit}   "
         f"ratio {ratio:4.2f}{extra}",
         flush=True,
     )
@@ -704,10 +728,16 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
     """Each run: clients connect and send a few untimed signals to a separate instance, then the
     timed signals go round-robin over `instances` instances, or all to one (at most 960 there).
 
-    Weave and the baseline run `repeat` times in alternation; rates are medians, the ratio is the
-    median of the ratios of adjacent runs (they share the machine's conditions of the moment).
+    Weave and its baseline run `repeat` times in alternation, each first in every other pair;
+    rates are medians, the ratio is the median of the ratios of the pairs (each pair shares the
+    machine's conditions of the moment). The baseline is the raw PyMySQL sender, or with
+    `--against REF` the same HTTP load on REF's `weave serve` (`bench.reference`).
     """
     Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)
+    reference = bench.reference
+    contenders = (("weave", bench, _http_sender), ("baseline", bench, _raw_sender))
+    if reference is not None:
+        contenders = (("weave", bench, _http_sender), ("baseline", reference, _http_sender))
     results = []
     run = 0
     for shape in ("many instances", "one hot instance"):
@@ -717,11 +747,11 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
             rates: dict[str, list[float]] = {"weave": [], "baseline": []}
             latencies: dict[str, list[float]] = {"weave": [], "baseline": []}
             cpu: dict[str, list[list[float]]] = {"weave": [], "baseline": []}
-            for _ in range(repeat):
-                for name, sender in (("weave", _http_sender), ("baseline", _raw_sender)):
+            for pair in range(repeat):
+                for name, target, sender in contenders[:: 1 if pair % 2 == 0 else -1]:
                     run += 1
                     rate, times, split = _signal_run(
-                        bench, sender, instances if shape == "many instances" else 1, clients, per_client, str(run)
+                        target, sender, instances if shape == "many instances" else 1, clients, per_client, str(run)
                     )
                     rates[name].append(rate)
                     latencies[name] += times
@@ -731,11 +761,12 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
                 name: (percentile(times, 50) * 1000, percentile(times, 99) * 1000) for name, times in latencies.items()
             }
             mean_cpu = {name: [sum(column) / len(column) for column in zip(*splits)] for name, splits in cpu.items()}
+            baseline_server = "-" if reference is None else f"{mean_cpu['baseline'][0]:.2f}"
             extra = (
                 f"   p50/p99 ms weave {tails['weave'][0]:.1f}/{tails['weave'][1]:.1f}"
                 f" baseline {tails['baseline'][0]:.1f}/{tails['baseline'][1]:.1f}"
-                "   CPU ms/signal (server, load, db) weave %.2f, %.2f, %.2f baseline -, %.2f, %.2f"
-                % (*mean_cpu["weave"], mean_cpu["baseline"][1], mean_cpu["baseline"][2])
+                "   CPU ms/signal (server, load, db) weave %.2f, %.2f, %.2f baseline %s, %.2f, %.2f"
+                % (*mean_cpu["weave"], baseline_server, mean_cpu["baseline"][1], mean_cpu["baseline"][2])
                 + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
             )
             row = report(
@@ -745,7 +776,10 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
                 "sig/s",
                 extra,
                 ratio=median(ratios),
+                baseline_name="baseline" if reference is None else reference.label,
             )
+            if reference is not None:
+                row["against"] = reference.label
             row["run_ratios"] = [round(r, 3) for r in ratios]
             row["p50_ms"], row["p99_ms"] = round(tails["weave"][0], 1), round(tails["weave"][1], 1)
             row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in mean_cpu.items()}
@@ -1157,6 +1191,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="alternating weave/baseline runs per signal figure")
     parser.add_argument("--latency-signals", type=int, default=200)
     parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency", "validation"))
+    parser.add_argument(
+        "--against",
+        metavar="REF",
+        help="signal acceptance: alternate this checkout's `weave serve` with git revision REF's "
+        "(e.g. main: the cost of a change, such as metrics and request logs) instead of the raw baseline",
+    )
     parser.add_argument("--validation-bytes", type=int, default=VALIDATION_BYTES, help="size of each hostile payload")
     parser.add_argument("--validation-runs", type=int, default=VALIDATION_RUNS, help="timed runs per validation figure")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -1176,10 +1216,11 @@ def main(argv: list[str] | None = None) -> int:
         results += bench_validation(args.validation_bytes, args.validation_runs)
         if args.only == "validation":
             return _write(args.json, results)
-    with running_weave(args.server_threads, args.server_processes) as bench:
+    with running_weave(args.server_threads, args.server_processes, args.against) as bench:
         print(
             f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, weave serve "
-            f"--processes {args.server_processes} --threads {args.server_threads}",
+            f"--processes {args.server_processes} --threads {args.server_threads}"
+            + (f", signal acceptance against {args.against}" if args.against else ""),
             flush=True,
         )
         if args.only in (None, "pulse"):

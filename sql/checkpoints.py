@@ -44,8 +44,15 @@ FAILURES = backoff.Source(
 )
 
 
+COUNT_DUE = "SELECT COUNT(*) AS n FROM checkpoints WHERE available_at <= %s"
+
+
 def due_candidates(tx: Tx, limit: int) -> list[dict]:
     return tx.all(DUE_CHECKPOINTS, (tx.now(), limit))
+
+
+def count_due(tx: Tx) -> int:
+    return tx.one(COUNT_DUE, (tx.now(),))["n"]
 
 
 def claim(tx: Tx, checkpoint_id: int) -> dict | None:

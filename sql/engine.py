@@ -93,12 +93,14 @@ def consume_inbox_event(tx: Tx, inbox_id: int) -> str | None:
             },
         )
         return "RECORDED"
-    if event["outcome"] != "SUCCEEDED":
-        review_step(tx, instance, activation, progress.TASK_REVIEW_REASONS[event["outcome"]], SCANNER)
-        return event["outcome"]
+    # The deadline first, whatever the outcome says: an outcome reported at or after it came too
+    # late, which is what the deadline's own checkpoint decides when it is looked at first.
     if activation["deadline_at"] is not None and event["completed_at"] >= activation["deadline_at"]:
         review_step(tx, instance, activation, progress.STEP_DEADLINE_EXCEEDED, SCANNER)
         return "LATE"
+    if event["outcome"] != "SUCCEEDED":
+        review_step(tx, instance, activation, progress.TASK_REVIEW_REASONS[event["outcome"]], SCANNER)
+        return event["outcome"]
     succeed_step(tx, instance, activation, event["result"], SCANNER)
     return "SUCCEEDED"
 

@@ -42,8 +42,15 @@ def append(
     tx.execute(INSERT_INBOX, (task_id, instance_id, outcome, result_text, completed_at, completed_at))
 
 
+COUNT_DUE = "SELECT COUNT(*) AS n FROM inbox_events WHERE status = 'PENDING' AND available_at <= %s"
+
+
 def due_candidates(tx: Tx, limit: int) -> list[dict]:
     return tx.all(DUE_INBOX_EVENTS, (tx.now(), limit))
+
+
+def count_due(tx: Tx) -> int:
+    return tx.one(COUNT_DUE, (tx.now(),))["n"]
 
 
 def claim(tx: Tx, inbox_id: int) -> dict | None:

@@ -333,3 +333,16 @@ def move(tx: Tx, instance: dict, status: str, gate: str, review_reason: str | No
         f"move instance {instance['id']} from {instance['status']} to {status}",
     )
     return {**instance, "status": status, "gate": gate, "review_reason": review_reason}
+
+
+# One index range per namespace (ix_instances_namespace_status): namespaces are few, reviews too.
+NEEDS_REVIEW_BY_NAMESPACE = """
+SELECT n.name,
+       (SELECT COUNT(*) FROM instances i WHERE i.namespace_id = n.id AND i.status = 'NEEDS_REVIEW') AS waiting
+FROM namespaces n ORDER BY n.name
+"""
+
+
+def needs_review_by_namespace(tx: Tx) -> dict[str, int]:
+    """How many instances wait for an operator (NEEDS_REVIEW), by namespace name, every namespace."""
+    return {row["name"]: row["waiting"] for row in tx.all(NEEDS_REVIEW_BY_NAMESPACE)}

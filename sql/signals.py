@@ -46,6 +46,8 @@ class SignalRequest:
 class Receipt:
     text: str  # the frozen body, byte for byte
     replayed: bool
+    status: str | None = None  # a new signal's status and disposition (for metrics); None on a replay
+    disposition: str | None = None
 
 
 # The receipt is frozen in the row it describes, written by the same INSERT. Its first member, the
@@ -262,7 +264,7 @@ def _accept(
         credential_id=principal.credential_id,
         request_digest=request.request_digest,
     )
-    return Receipt(_receipt_text(signal_id, receipt_rest), replayed=False)
+    return Receipt(_receipt_text(signal_id, receipt_rest), False, decision.status, decision.disposition)
 
 
 # ---- get and list ---------------------------------------------------------------------------------
@@ -384,9 +386,19 @@ FAILURES = backoff.Source(
 )
 
 
+COUNT_DUE_EXPIRIES = (
+    "SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING' AND expires_at <= %s AND available_at <= %s"
+)
+
+
 def expiry_candidates(tx: Tx, limit: int) -> list[dict]:
     now = tx.now()
     return tx.all(DUE_EXPIRIES, (now, now, limit))
+
+
+def count_expiry_due(tx: Tx) -> int:
+    now = tx.now()
+    return tx.one(COUNT_DUE_EXPIRIES, (now, now))["n"]
 
 
 @unit_of_work
@@ -411,9 +423,9 @@ def expire_unmatched_signal(tx: Tx, signal_id: int) -> str | None:
             (max(wait["deadline_at"], now + EXPIRY_RECHECK), signal_id),
             f"defer the expiry of signal {signal_id}",
         )
-        return "DEFERRED"
+        return "EXPIRY_DEFERRED"
     tx.transition(EXPIRE_SIGNAL, (now, signal_id), f"expire signal {signal_id}")
     events.append(
         tx, instance["id"], "SIGNAL_EXPIRED", {"signal_id": str(signal_id), "disposition": "EXPIRED_UNMATCHED"}
     )
-    return "EXPIRED"
+    return "SIGNAL_EXPIRED"

@@ -8,11 +8,13 @@ documents and signal bodies that several tests share.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import io
 import json
 import logging
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from waitress import wasyncore
 
 from weave import auth, logs
 from weave.db import ControlledClock, Database, DatabaseClock
+from weave.devdb import free_port
 from weave.sql import tenancy
 
 
@@ -79,11 +82,11 @@ class Tenant:
 
 
 @contextlib.contextmanager
-def captured_log(level: int):
+def captured_log(level: int, log_format: str = "text"):
     """Every record of the process at `level` and above, as the `weave` commands write them (one
-    escaped line each), into the StringIO this yields."""
+    line each, in `log_format`), into the StringIO this yields."""
     buffer = io.StringIO()
-    handler = logs.handler(buffer)
+    handler = logs.handler(buffer, log_format)
     root = logging.getLogger()
     previous = root.level
     root.addHandler(handler)
@@ -250,6 +253,17 @@ def signal_flow_definition(timeout: int = 3600) -> dict:
 
 
 ABSENT = object()  # `payment(payload=ABSENT)` leaves the member out of the body
+# The members of a signal receipt, in the order it is written (SPEC §11).
+RECEIPT_FIELDS = (
+    "signal_id",
+    "workflow_id",
+    "status",
+    "disposition",
+    "accepted_at",
+    "expires_at",
+    "idempotency_key",
+    "request_digest",
+)
 
 
 def payment(correlation_key: str = "o-1", sequence: int = 1, **overrides) -> dict:
@@ -304,6 +318,50 @@ def sdk_client(url: str, tenant: Tenant, *scopes: str, actor: str = "ops", **kwa
 
     token = tenant.token(*(scopes or OPERATOR_SCOPES), queues=("inventory", "carrier"), actor=actor)
     return Client(url, token, tenant.namespace, **{"timeout": 10, **kwargs})
+
+
+# ---- `weave serve` processes ------------------------------------------------------------------------------
+
+
+def ready(port: int) -> int:
+    """The status of GET /readyz on 127.0.0.1:`port`, 0 when nothing answers."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/readyz")
+        return conn.getresponse().status
+    except OSError:
+        return 0
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def weave_serve(url, *flags: str, soft_file_limit: int | None = None, stderr=subprocess.DEVNULL):
+    """A `weave serve` process on a free port, ready; (process, port). Stopped at the end (SIGTERM,
+    then SIGKILL if it has not stopped within 10 s)."""
+    port = free_port()
+    env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
+
+    def lower_file_limit():  # in the child, before exec: the limit a process inherits
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft_file_limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "weave.cli", "serve", "--port", str(port), *flags],
+        env=env,
+        stderr=stderr,
+        preexec_fn=lower_file_limit if soft_file_limit else None,
+    )
+    try:
+        wait_until(lambda: ready(port) == 200, timeout=20)
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
 
 
 # ---- scanner processes (crash tests) --------------------------------------------------------------------

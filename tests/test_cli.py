@@ -108,6 +108,7 @@ def test_weave_migrate_command_applies_everything(scratch_database):
     done = subprocess.run([sys.executable, "-m", "weave.cli", "migrate"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert f"applied {len(migrate.shipped())} migration(s)" in done.stdout
+    assert done.stderr == ""  # yoyo's line per step applied stays out (issue 15)
     assert migrate.pending(url) == []
     again = subprocess.run([sys.executable, "-m", "weave.cli", "migrate"], env=env, capture_output=True, text=True)
     assert "none pending" in again.stdout
@@ -375,3 +376,31 @@ def test_weave_dev_definitions_pass_the_checks_of_the_publish_api(document):
     # `weave dev` publishes them without going through the API, so check here what the API checks (D1).
     schemas.validate("definition", document)
     assert definition_rules.problems(document) == []
+
+
+def test_admin_stats_prints_the_backlog(env_url, capsys, flow, database, clock):
+    """`weave admin stats`: due candidates and their lag by source, reviews by namespace (issue 15)."""
+    from helpers import task_steps, use_real_time
+
+    use_real_time(database, clock)  # the command reads the database's clock
+    flow.publish(task_steps("a"))
+    flow.start("w-1")
+    stats = run_json(capsys, "admin", "stats")
+    assert stats["due"] == {"inbox": 0, "checkpoint": 1, "signal_expiry": 0}
+    assert stats["lag_seconds"]["checkpoint"] > 0 and stats["lag_seconds"]["inbox"] == 0
+    assert stats["needs_review"] == {"acme": 0}
+    assert main(["admin", "stats"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0] == "inbox: 0 due, the oldest for 0.0 s"
+    assert text[1].startswith("checkpoint: 1 due, the oldest for ")
+    assert text[3] == "needs review in acme: 0"
+
+
+def test_log_format_defaults_json_for_the_services_and_text_for_dev():
+    from weave.cli import build_parser
+
+    parser = build_parser()
+    assert [parser.parse_args([command]).log_format for command in ("serve", "scan", "dev")] == ["json", "json", "text"]
+    assert parser.parse_args(["serve", "--log-format", "text"]).log_format == "text"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["scan", "--log-format", "xml"])

@@ -1,5 +1,6 @@
 """Every log record is one line: values that clients chose cannot forge another (issue 10, item 8)."""
 
+import json
 import logging
 import os
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 from helpers import captured_log
 
 from weave import errors, logs
-from weave.http import Authenticate, operation
+from weave.http import Authenticate, Observe, RequestId, operation
 
 FORGED = "2026-11-30 07:00:00,000 ERROR weave.http forged"
 
@@ -90,3 +91,88 @@ def test_the_weave_commands_log_every_record_on_one_line_waitress_and_tracebacks
     assert lines[0].endswith(f"INFO waitress Client disconnected while serving /x\\r\\n{FORGED}")
     assert " ERROR weave.errors unexpected error in GET /y\\r\\nz\\nTraceback (most recent call last):\\n" in lines[1]
     assert lines[1].endswith(f"ValueError: bad\\n{FORGED}")
+
+
+# ---- formats and the request id (issue 15) ------------------------------------------------------------
+
+
+def record(message="request", fields=None, request_id=None, exc_info=None) -> logging.LogRecord:
+    made = logging.LogRecord("weave.access", logging.INFO, __file__, 1, message, (), exc_info)
+    if fields is not None:
+        made.fields = fields
+    made.request_id = request_id
+    return made
+
+
+def test_a_json_line_holds_the_record_its_fields_and_request_id():
+    fields = {"method": "POST", "status": 201, "actor": "ops\nINFO forged", "namespace": None}
+    line = logs.JsonFormatter().format(record(fields=fields, request_id="trace-1"))
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert entry["time"].endswith("Z") and entry["pid"] == os.getpid()
+    assert {k: entry[k] for k in ("level", "logger", "message", "request_id", "method", "status", "actor")} == {
+        "level": "INFO",
+        "logger": "weave.access",
+        "message": "request",
+        "request_id": "trace-1",
+        "method": "POST",
+        "status": 201,
+        "actor": "ops\nINFO forged",
+    }
+
+
+def test_a_json_line_holds_a_traceback_as_one_member():
+    try:
+        raise ValueError(f"bad\n{FORGED}")
+    except ValueError:
+        line = logs.JsonFormatter().format(record("failed", exc_info=sys.exc_info()))
+    assert len(line.splitlines()) == 1
+    assert json.loads(line)["exception"].endswith(f"ValueError: bad\n{FORGED}")
+
+
+def test_a_text_line_appends_fields_as_key_value_and_escapes_them():
+    fields = {"method": "GET", "route": "/v1/namespaces/{namespace}", "status": 200, "actor": "ops team", "none": None}
+    line = logs.OneLineFormatter(logs.FORMAT).format(record(fields=fields, request_id="r-1"))
+    assert line.endswith(
+        ' INFO weave.access request method=GET route=/v1/namespaces/{namespace} status=200 actor="ops team" request_id=r-1'
+    )
+    forged = logs.OneLineFormatter(logs.FORMAT).format(record(fields={"actor": f"x\n{FORGED}"}))
+    assert len(forged.splitlines()) == 1 and forged.endswith(f'actor="x\\\\n{FORGED}"')
+
+
+@pytest.fixture
+def json_log():
+    with captured_log(logging.INFO, "json") as buffer:
+        yield buffer
+
+
+def test_every_line_of_a_request_carries_its_request_id_and_none_outlives_it(database, json_log):
+    """The refusal logged by `Authenticate` and the request's own line share the client's id."""
+    app = falcon.App(middleware=[RequestId(), Observe(), Authenticate(database)])
+    errors.install(app)
+    app.add_route("/v1/namespaces/{namespace}/half", Undeclared())
+    client = falcon.testing.TestClient(app)
+    assert client.simulate_post("/v1/namespaces/acme/half", headers={"X-Request-Id": "trace-9"}).status_code == 404
+    logging.getLogger("weave.test").info("after the request")
+    entries = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    assert [(e["logger"], e.get("request_id")) for e in entries] == [
+        ("weave.http", "trace-9"),
+        ("weave.access", "trace-9"),
+        ("weave.test", None),
+    ]
+    assert {k: entries[1][k] for k in ("method", "route", "status", "namespace", "actor")} == {
+        "method": "POST",
+        "route": "/v1/namespaces/{namespace}/half",
+        "status": 404,
+        "namespace": "acme",
+        "actor": None,
+    }
+
+
+def test_a_namespace_that_breaks_its_rule_is_not_logged(database, json_log):
+    app = falcon.App(middleware=[RequestId(), Observe(), Authenticate(database)])
+    errors.install(app)
+    app.add_route("/v1/namespaces/{namespace}/half", Undeclared())
+    falcon.testing.TestClient(app).simulate_get("/v1/namespaces/" + "x" * 65 + "/half")
+    (entry,) = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    assert (entry["status"], entry["namespace"]) == (404, None)

@@ -230,7 +230,8 @@ class DocumentedClient(falcon.testing.TestClient):
         assert result.headers["content-type"] == media_type
         schema = answer["content"][media_type]["schema"]
         documented = Draft202012Validator({**schema, "components": strict(self.document["components"])})
-        problems = [f"{list(e.absolute_path)}: {e.message}" for e in documented.iter_errors(result.json)]
+        body = result.json if "json" in media_type else result.text
+        problems = [f"{list(e.absolute_path)}: {e.message}" for e in documented.iter_errors(body)]
         assert not problems, f"{method} {clean} {status}: {problems}"
 
 
@@ -244,7 +245,7 @@ def test_every_operation_of_a_real_flow_answers_as_documented(documented, tenant
     flow = Flow(documented, tenant, database)
     ns, c = flow.ns, documented
     everything = tenant.headers(*auth.SCOPES, queues=("inventory", "carrier"))
-    for path in ("/healthz", "/readyz", "/v1/openapi.json"):
+    for path in ("/healthz", "/readyz", "/v1/openapi.json", "/metrics"):
         assert c.simulate_get(path).status_code == 200
 
     definition = signal_flow_definition()

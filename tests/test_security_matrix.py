@@ -44,10 +44,9 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 import pytest
-from helpers import captured_log, make_tenant, payment, signal_flow_definition
+from helpers import captured_log, make_tenant, payment, signal_flow_definition, weave_serve
 from test_authorization import CONFIG, mounted, responders
 from test_http_errors import exchange, request
-from test_server import weave_serve
 
 from weave import auth, logs, schemas
 from weave.app import create_app
@@ -265,6 +264,7 @@ CALLS: dict[tuple[str, str], list[Callable[[World], Call]]] = {
     ("GET", "/healthz"): [lambda w: Call({})],
     ("GET", "/readyz"): [lambda w: Call({})],
     ("GET", "/v1/openapi.json"): [lambda w: Call({})],
+    ("GET", "/metrics"): [lambda w: Call({})],
     ("POST", f"{N}/definitions"): [lambda w: Call({}, definition(w.unique("def")), ok=201)],
     ("GET", f"{N}/definitions/{{name}}/versions/{{version:int(min=1)}}"): [
         lambda w: Call({"name": "flow", "version": "1"})
@@ -534,8 +534,19 @@ def substitutions(op, call: Call, w: World):
 
 
 def masked(result, value: str) -> tuple:
-    text = result.text.replace(value, "<id>")
-    return result.status_code, json.loads(text) if text else None
+    """The answer with `value` (an id) replaced in its strings: never inside a number such as the
+    status 404 when the id is 40."""
+
+    def mask(node):
+        if isinstance(node, str):
+            return node.replace(value, "<id>")
+        if isinstance(node, dict):
+            return {key: mask(item) for key, item in node.items()}
+        if isinstance(node, list):
+            return [mask(item) for item in node]
+        return node
+
+    return result.status_code, mask(json.loads(result.text)) if result.text else None
 
 
 @by_operation

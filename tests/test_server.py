@@ -8,17 +8,14 @@ import resource
 import selectors
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from helpers import serving
+from helpers import ready, serving, weave_serve
 
 from weave.config import Config
-from weave.devdb import free_port
 from weave.server import IDLE_CHECK_SECONDS, create_server
 
 pytestmark = pytest.mark.slow
@@ -53,42 +50,6 @@ def wait_for(check, timeout=20):
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
-
-
-def ready(port: int) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("GET", "/readyz")
-        return conn.getresponse().status
-    except OSError:
-        return 0
-    finally:
-        conn.close()
-
-
-@contextlib.contextmanager
-def weave_serve(url, *flags: str, soft_file_limit: int | None = None, stderr=subprocess.DEVNULL):
-    """A `weave serve` process on a free port, ready; (process, port). Killed at the end. Its log
-    (stderr) goes to `stderr`."""
-    port = free_port()
-    env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
-
-    def lower_file_limit():  # in the child, before exec: the limit a process inherits
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft_file_limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-
-    process = subprocess.Popen(
-        [sys.executable, "-m", "weave.cli", "serve", "--port", str(port), *flags],
-        env=env,
-        stderr=stderr,
-        preexec_fn=lower_file_limit if soft_file_limit else None,
-    )
-    try:
-        wait_for(lambda: ready(port) == 200)
-        yield process, port
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
 
 
 @pytest.fixture

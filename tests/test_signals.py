@@ -5,7 +5,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from helpers import ABSENT, payment, signal_flow_definition
+from helpers import ABSENT, RECEIPT_FIELDS, payment, signal_flow_definition
 
 from weave import auth
 from weave.sql import tenancy
@@ -98,16 +98,7 @@ def test_s1_4_first_acceptance_writes_signal_checkpoint_event_audit_and_receipt_
     sent = waiting.send("order-1", "k1", payment())
     assert sent.status_code == 201
     receipt = sent.json
-    assert set(receipt) == {
-        "signal_id",
-        "workflow_id",
-        "status",
-        "disposition",
-        "accepted_at",
-        "expires_at",
-        "idempotency_key",
-        "request_digest",
-    }
+    assert list(receipt) == list(RECEIPT_FIELDS)
     assert (receipt["status"], receipt["disposition"], receipt["idempotency_key"]) == ("PENDING", None, "k1")
     assert receipt["accepted_at"] == "2026-11-30T07:00:00.000000Z"
     assert receipt["expires_at"] == waiting.workflow("order-1")["deadline_at"]

@@ -2,8 +2,10 @@
 
 from datetime import timedelta
 
+import pytest
 from helpers import task_steps
 
+from weave.scanner import SOURCES
 from weave.sql import tenancy
 
 
@@ -95,6 +97,30 @@ def test_p7_task_finished_before_the_step_deadline_counts_even_when_consumed_lat
     clock.advance(3600)  # the scanner was down past the step deadline
     flow.scan()
     assert flow.workflow("order-4")["status"] == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("outcome", ["FAILED", "CANCELLED", "SUCCEEDED"])
+@pytest.mark.parametrize("first", ["inbox", "checkpoint"])
+def test_p7_an_outcome_reported_after_the_step_deadline_is_late_whichever_unit_looks_first(
+    flow, clock, database, outcome, first
+):
+    """Found by tests/test_signal_model.py: a failure reported after the deadline went to review as
+    TASK_FAILED when its inbox event was consumed before the deadline's checkpoint, and as
+    STEP_DEADLINE_EXCEEDED the other way round. The deadline passed first: it is the reason."""
+    flow.publish(task_steps("reserve", timeout=30))
+    flow.start("order-5")
+    flow.scan()
+    task = flow.claim(lease_seconds=3600).json
+    clock.advance(30)
+    report = {"FAILED": {"error": {"message": "carrier down", "retryable": False}}, "SUCCEEDED": {"result": {}}}
+    assert flow.complete(task, outcome, **report.get(outcome, {})).status_code == 200
+    for source in sorted(SOURCES, key=lambda s: s.name != first):
+        for row in database.read(source.due, 100):
+            source.process(database, row["id"])
+    flow.scan()
+    workflow = flow.workflow("order-5")
+    assert (workflow["status"], workflow["review_reason"]) == ("NEEDS_REVIEW", "STEP_DEADLINE_EXCEEDED")
+    assert workflow["steps"][0]["review_reason"] == "STEP_DEADLINE_EXCEEDED"
 
 
 def test_i4_total_deadline_passed_when_new_work_is_due_goes_to_review(flow, clock):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import falcon
 
-from weave import errors, openapi
+from weave import errors, metrics, openapi, scanner
 from weave.config import Config
 from weave.console import pages as console
 from weave.db import Database
-from weave.http import Authenticate, BodyCap, RequestId
+from weave.http import Authenticate, BodyCap, Observe, RequestId
 from weave.resources import definitions, health, review, signals, tasks, workflows
+from weave.resources.metrics import Metrics
 from weave.resources.openapi import OpenApiDocument
 
 N = "/v1/namespaces/{namespace}"
@@ -20,6 +21,7 @@ def routes(database: Database, config: Config) -> list[tuple[str, object]]:
     return [
         ("/healthz", health.Health()),
         ("/readyz", health.Ready(database)),
+        ("/metrics", Metrics(metrics.registry(lambda: database.attempt(scanner.backlog)))),
         (f"{N}/definitions", definitions.DefinitionCollection(database, limit)),
         (f"{N}/definitions/{{name}}/versions/{{version:int(min=1)}}", definitions.DefinitionVersion(database)),
         (f"{N}/workflows", workflows.WorkflowCollection(database, limit)),
@@ -40,7 +42,7 @@ def routes(database: Database, config: Config) -> list[tuple[str, object]]:
 
 def create_app(config: Config, database: Database | None = None) -> falcon.App:
     database = database or Database(config.database_url)
-    app = falcon.App(middleware=[RequestId(), BodyCap(config.max_body_bytes), Authenticate(database)])
+    app = falcon.App(middleware=[RequestId(), Observe(), BodyCap(config.max_body_bytes), Authenticate(database)])
     app.req_options.strip_url_path_trailing_slash = True
     document = OpenApiDocument()
     served = routes(database, config) + [("/v1/openapi.json", document)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import re
@@ -18,7 +19,9 @@ import sys
 import threading
 from pathlib import Path
 
-from weave import auth, cli_client, logs, migrate, server
+from prometheus_client import start_http_server
+
+from weave import auth, cli_client, logs, metrics, migrate, server
 from weave.config import (
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_SECONDS,
@@ -31,8 +34,10 @@ from weave.config import (
 )
 from weave.db import Database, DatabaseError, DatabaseUrl
 from weave.errors import Code, WeaveError
-from weave.scanner import IDLE_SECONDS, Scanner
+from weave.scanner import IDLE_SECONDS, Scanner, backlog
 from weave.sql import definitions, tenancy
+
+log = logging.getLogger("weave.cli")
 
 DEV_DIR = Path(".weave")
 DEV_NAMESPACE = "demo"
@@ -241,11 +246,31 @@ def _stop_on_signals() -> threading.Event:
 
 
 def cmd_scan(args) -> int:
-    scanner = Scanner(Database(args.database_url), idle_seconds=args.idle_seconds)
+    database = Database(args.database_url)
+    scanner = Scanner(database, idle_seconds=args.idle_seconds)
     if args.once:
         print(scanner.run_once().line())
         return 0
+    if args.metrics_port is not None:
+        exposed = metrics.registry(lambda: database.attempt(backlog))
+        try:
+            http_server, _ = start_http_server(args.metrics_port, args.metrics_host, exposed)
+        except OSError as exc:
+            print(f"weave: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}", file=sys.stderr)
+            return 1
+        log.info("metrics on http://%s:%d/metrics", args.metrics_host, http_server.server_port)
     scanner.run(_stop_on_signals())
+    return 0
+
+
+def cmd_stats(args) -> int:
+    figures = Database(args.database_url).read(backlog, count_due=True)
+    lines = [
+        f"{source}: {figures['due'][source]} due, the oldest for {lag:.1f} s"
+        for source, lag in figures["lag_seconds"].items()
+    ]
+    lines += [f"needs review in {namespace}: {count}" for namespace, count in figures["needs_review"].items()]
+    _print(args, figures, "\n".join(lines))
     return 0
 
 
@@ -417,13 +442,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("scan", parents=[common], help="run the scanner loop (inbox, checkpoints, leases)")
     p.add_argument("--once", action="store_true", help="process one batch, print its report and exit")
     p.add_argument("--idle-seconds", type=_idle_seconds, default=IDLE_SECONDS, help="sleep between batches when idle")
+    p.add_argument(
+        "--metrics-port", type=_port, default=None, help="serve Prometheus metrics on this port (default: none)"
+    )
+    p.add_argument("--metrics-host", default=DEFAULT_HOST, help=f"address of --metrics-port (default: {DEFAULT_HOST})")
+    _log_format_argument(p, "json")
     p.set_defaults(run=cmd_scan)
 
-    for name, help_text, run in (
-        ("serve", "serve the HTTP API with waitress", cmd_serve),
-        ("dev", "private database, demo tenant and server on this machine", cmd_dev),
+    for name, help_text, run, log_format in (
+        ("serve", "serve the HTTP API with waitress", cmd_serve, "json"),
+        ("dev", "private database, demo tenant and server on this machine", cmd_dev, "text"),
     ):
         p = commands.add_parser(name, parents=[common], help=help_text)
+        _log_format_argument(p, log_format)
         p.add_argument("--host", default=DEFAULT_HOST)
         p.add_argument("--port", type=_port, default=DEFAULT_PORT)
         p.add_argument("--threads", type=_positive, default=DEFAULT_THREADS)
@@ -496,6 +527,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("app", type=_name)
         p.set_defaults(run=cmd_app_status)
 
+    p = objects.add_parser(
+        "stats", parents=leaf, help="what waits for the scanners (due candidates, lag) and for operators (reviews)"
+    )
+    p.set_defaults(run=cmd_stats)
+
     cred = objects.add_parser("credential").add_subparsers(dest="action", required=True)
     p = cred.add_parser("create", parents=leaf)
     p.add_argument("namespace", type=_name)
@@ -514,10 +550,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_format_argument(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--log-format", choices=logs.LOG_FORMATS, default=default, help=f"one line per record (default: {default})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    logs.install()  # one escaped line per record: logged values may come from clients
     parser = build_parser()
     args = parser.parse_args(argv)
+    # One line per record, escaped: logged values may come from clients.
+    logs.install(getattr(args, "log_format", "text"))
     _resolve_database_url(parser, args)
     try:
         return args.run(args)

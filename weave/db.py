@@ -54,6 +54,8 @@ import pymysql
 import pymysql.cursors
 from pymysql.constants import CLIENT
 
+from weave import metrics
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -118,11 +120,13 @@ class InvalidValue(DatabaseError):
 class Retryable(DatabaseError):
     """Deadlock, lock wait timeout, record changed or a lost connection: re-run the unit.
 
+    `code`: MySQL's error number (0: the driver lost or never had the connection).
     `connection_lost`: the connection is gone (or could not be opened). `commit_unknown`: it was
     lost while COMMIT was in flight, so the attempt may have committed."""
 
-    def __init__(self, message: str, connection_lost: bool = False, commit_unknown: bool = False):
+    def __init__(self, message: str, code: int, connection_lost: bool = False, commit_unknown: bool = False):
         super().__init__(message)
+        self.code = code
         self.connection_lost = connection_lost
         self.commit_unknown = commit_unknown
 
@@ -141,9 +145,9 @@ def translate(exc: pymysql.err.MySQLError) -> DatabaseError:
     if code in INVALID_VALUE_CODES:
         return InvalidValue(f"{code}: {message}")
     if code in RETRYABLE_CODES:
-        return Retryable(f"{code}: {message}")
+        return Retryable(f"{code}: {message}", code)
     if code in CONNECTION_CODES or isinstance(exc, pymysql.err.InterfaceError):
-        return Retryable(f"{code}: {message}", connection_lost=True)
+        return Retryable(f"{code}: {message}", code or 0, connection_lost=True)
     return DatabaseError(f"{code}: {message}")
 
 
@@ -398,11 +402,21 @@ class Database:
         # Of the URL's hosts, the one new connections try first: the last that answered, or the
         # one after a host whose connection was lost.
         self._first_host = 0
+        name = self.url.database
+        metrics.POOL_MAX.labels(name).inc(pool_size)
+        self._open = metrics.POOL_OPEN.labels(name)
+        self._waits = metrics.POOL_WAITS.labels(name)
+        self._wait_seconds = metrics.POOL_WAIT_SECONDS.labels(name)
+        self._opened = metrics.CONNECTIONS_OPENED.labels(name)
         # Test seam: called with (tx, unit name) before COMMIT, to cut a transaction short.
         self.before_commit: Callable[[Tx, str], None] | None = None
 
     def _checkout(self, autocommit: bool) -> pymysql.connections.Connection:
-        self._slots.acquire()
+        if not self._slots.acquire(blocking=False):
+            self._waits.inc()
+            started = time.monotonic()
+            self._slots.acquire()
+            self._wait_seconds.inc(time.monotonic() - started)
         with self._idle_lock:
             idle = self._idle[autocommit]
             if idle:
@@ -413,6 +427,8 @@ class Database:
             self._slots.release()
             raise
         self._first_host = self._host_index(conn)
+        self._opened.inc()
+        self._open.inc()
         return conn
 
     def _host_index(self, conn) -> int:
@@ -424,8 +440,12 @@ class Database:
             with self._idle_lock:
                 self._idle[conn.get_autocommit()].append(conn)
         else:
-            _close_quietly(conn)
+            self._close(conn)
         self._slots.release()
+
+    def _close(self, conn) -> None:
+        _close_quietly(conn)
+        self._open.dec()
 
     def run(self, unit: Callable[..., T], *args, **kwargs) -> T:
         """Run `unit(tx, *args, **kwargs)` as one transaction, re-running it on retryable errors."""
@@ -453,8 +473,10 @@ class Database:
                 if isinstance(exc, DuplicateKey) and exc.key not in replay_on:
                     raise
                 if attempt == self.max_attempts or time.monotonic() >= budget_ends:
+                    metrics.DB_UNAVAILABLE.labels(unit.__name__).inc()
                     raise Unavailable(f"{unit.__name__} failed {attempt} times; last error: {exc}") from exc
                 maybe_committed = maybe_committed or getattr(exc, "commit_unknown", False)
+                metrics.DB_RETRIES.labels(exc.code if isinstance(exc, Retryable) else DUP_ENTRY).inc()
                 log.info("retrying %s after %s (attempt %d)", unit.__name__, exc, attempt)
                 time.sleep(random.uniform(0.002, 0.01) * (2**attempt))
         raise AssertionError("unreachable")
@@ -519,7 +541,7 @@ class Database:
             for connections in self._idle.values():
                 connections.clear()
         for conn in idle:
-            _close_quietly(conn)
+            self._close(conn)
 
 
 def unit_of_work(fn: Callable[..., T] | None = None, *, replay_on: tuple[str, ...] = ()):

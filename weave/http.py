@@ -9,6 +9,9 @@
   into `req.context.principal` and checks namespace (404) and scope (403) with `authorize`. A
   console page (`session=True`) is left to `weave.console`, which answers in HTML and runs the
   same checks from its session's credential.
+- `RequestId` middleware gives every request an id, returned in `X-Request-Id` and carried by
+  every log record of the request; `Observe` middleware records the HTTP metrics and writes the
+  request's log line.
 - `BodyCap` middleware refuses, on every route, a body whose Content-Length is over the cap
   (413) before anything reads it.
 - `read_json(req, schema, limit)` reads at most the cap (413 beyond, for a body of undeclared
@@ -20,17 +23,19 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import falcon
 
-from weave import auth, jsontext, schemas
+from weave import auth, jsontext, logs, metrics, schemas
 from weave.db import Database
 from weave.errors import Code, WeaveError
 from weave.sql import tenancy
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("weave.access")
 
 JSON = "application/json"
 READING_METHODS = ("GET", "HEAD")  # every other operation of the API writes
@@ -47,6 +52,7 @@ class Operation:
     queue_grant: str | None = None  # the URL parameter naming a queue the credential needs a grant for
     request: str | None = None  # name of a schema in weave/schemas
     response: str | None = None  # the body of every success but 204: a $defs entry of weave/schemas/responses.json
+    text: str | None = None  # instead of `response`: the media type of a body that is text, not JSON (/metrics)
     # What the responder itself answers: its successes and its own refusals. `weave.openapi` adds
     # what the middleware and `read_json` answer in front of it (401, 403, 404, 413, 415, 422, ...).
     statuses: tuple[int, ...] = (200,)
@@ -132,9 +138,58 @@ class RequestId:
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         sent = req.get_header(self.HEADER)
         req.context.request_id = sent if sent and self.USABLE.fullmatch(sent) else secrets.token_hex(16)
+        req.context.request_id_token = logs.REQUEST_ID.set(req.context.request_id)
 
     def process_response(self, req: falcon.Request, resp: falcon.Response, resource, req_succeeded: bool) -> None:
         resp.set_header(self.HEADER, req.context.request_id)
+        logs.REQUEST_ID.reset(req.context.request_id_token)  # the thread's next request gets its own
+
+
+class Observe:
+    """Falcon middleware: the HTTP metrics and one log line per request (`weave.access`).
+
+    Second in the stack, after `RequestId`: it times everything the application does, refusals by
+    the other middleware included. The line holds the method, the route template (never the path:
+    ids in it are the clients'), the status, the duration, the namespace and the actor, plus the
+    request id (`weave.logs`); never a header, so never a token, and never a body."""
+
+    def __init__(self):
+        self.requests = metrics.Children(metrics.HTTP_REQUESTS)
+        self.durations = metrics.Children(metrics.HTTP_DURATION)
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        req.context.started = time.perf_counter()
+
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource, params) -> None:
+        req.context.namespace = params.get("namespace")  # checked before it is logged (below)
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource, req_succeeded: bool) -> None:
+        seconds = time.perf_counter() - req.context.started
+        route = req.uri_template or metrics.UNROUTED
+        method = metrics.method_label(req.method)
+        status = resp.status_code
+        self.requests(route, method, status).inc()
+        self.durations(route, method).observe(seconds)
+        principal = req.context.get("principal")
+        if principal is not None:
+            namespace, actor = principal.namespace, principal.actor
+        else:  # a refused request: the namespace it named, if that can be a namespace at all
+            namespace, actor = req.context.get("namespace"), None
+            if namespace is not None and not PATH_IDS["namespace"].rule.fullmatch(namespace):
+                namespace = None
+        access_log.info(
+            "request",
+            extra={
+                "fields": {
+                    "method": method,
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 2),
+                    "namespace": namespace,
+                    "actor": actor,
+                }
+            },
+        )
 
 
 class BodyCap:

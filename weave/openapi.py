@@ -192,6 +192,8 @@ def _success(status: int, meta) -> dict:
         # A claim that found nothing; Retry-After when it was not allowed to wait (tasks.QueueClaim).
         headers["Retry-After"] = {**HEADERS["Retry-After"], "required": False}
         return {"description": "nothing to answer", "headers": headers}
+    if meta.text is not None:
+        return {"description": "success", "headers": headers, "content": {meta.text: {"schema": {"type": "string"}}}}
     if meta.response is None:
         # Refused when the app is built: a body nobody documented is a body no client can rely on.
         raise ValueError(f"operation {meta.summary!r} answers {status} with a body: name its response schema")

@@ -8,6 +8,10 @@ processes share the work without waiting on each other. A candidate that fails (
 wait timeout, lost connection, any SQL error, a bug) is rolled back and backed off on its own row;
 the batch goes on. The loop sleeps `idle_seconds` when a batch was not full, loops at once when it
 was, and stops after the current transaction on SIGTERM/SIGINT.
+
+It logs one line per batch that did something and records its metrics (`weave.metrics`; served by
+`weave scan --metrics-port P`). Its lag, the age of the oldest due candidate of each source, is
+read by `backlog` with each source's own candidate query, whenever metrics are scraped.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
+from weave import metrics
 from weave.db import Database, Tx
-from weave.sql import backoff, checkpoints, engine, inbox, signals, tasks
+from weave.sql import backoff, checkpoints, engine, inbox, instances, signals, tasks
 
 log = logging.getLogger("weave.scanner")
 
@@ -33,15 +38,42 @@ IDLE_SECONDS = 0.1  # idle: a look every 100 ms costs ~2 cheap queries; keeps si
 class CandidateSource:
     name: str
     due: Callable[[Tx, int], list[dict]]  # (tx, limit) -> [{"id", "due_at"}] oldest first, no locks
-    process: Callable  # a @unit_of_work taking the candidate id
+    process: Callable  # a @unit_of_work taking the candidate id; returns the kind of decision, None if none
     failures: backoff.Source
+    count_due: Callable[[Tx], int]
 
 
 SOURCES = (
-    CandidateSource("inbox", inbox.due_candidates, engine.consume_inbox_event, inbox.FAILURES),
-    CandidateSource("checkpoint", checkpoints.due_candidates, engine.process_checkpoint, checkpoints.FAILURES),
-    CandidateSource("signal_expiry", signals.expiry_candidates, signals.expire_unmatched_signal, signals.FAILURES),
+    CandidateSource("inbox", inbox.due_candidates, engine.consume_inbox_event, inbox.FAILURES, inbox.count_due),
+    CandidateSource(
+        "checkpoint", checkpoints.due_candidates, engine.process_checkpoint, checkpoints.FAILURES, checkpoints.count_due
+    ),
+    CandidateSource(
+        "signal_expiry",
+        signals.expiry_candidates,
+        signals.expire_unmatched_signal,
+        signals.FAILURES,
+        signals.count_expiry_due,
+    ),
 )
+LEASES = "lease"  # the failures label of lease expiry, which runs in the same loop
+LISTING = "batch"  # the failures label of a batch that could not list its candidates
+
+
+def backlog(tx: Tx, count_due: bool = False) -> dict:
+    """What waits for the scanners, read from the database: `lag_seconds`, the age of each
+    source's oldest due candidate (0 when none is due), as the source's own candidate query finds
+    it; `needs_review`, the instances waiting for an operator by namespace; with `count_due`, the
+    number of due candidates of each source (a count over the index range: for one-off checks)."""
+    now = tx.now()
+    lag = {}
+    for source in SOURCES:
+        oldest = source.due(tx, 1)
+        lag[source.name] = (now - oldest[0]["due_at"]).total_seconds() if oldest else 0.0
+    figures = {"lag_seconds": lag, "needs_review": instances.needs_review_by_namespace(tx)}
+    if count_due:
+        figures["due"] = {source.name: source.count_due(tx) for source in SOURCES}
+    return figures
 
 
 @dataclass(frozen=True)
@@ -61,20 +93,20 @@ class BatchReport:
     leases: dict[str, int] = field(default_factory=dict)
     millis: float = 0.0
 
+    def fields(self) -> dict:
+        return {
+            "event": "scan_batch",
+            "candidates": self.candidates,
+            "by_source": self.by_source,
+            "done": self.done,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "leases": self.leases,
+            "ms": round(self.millis, 1),
+        }
+
     def line(self) -> str:
-        return json.dumps(
-            {
-                "event": "scan_batch",
-                "candidates": self.candidates,
-                "by_source": self.by_source,
-                "done": self.done,
-                "skipped": self.skipped,
-                "failed": self.failed,
-                "leases": self.leases,
-                "ms": round(self.millis, 1),
-            },
-            sort_keys=True,
-        )
+        return json.dumps(self.fields(), sort_keys=True)
 
 
 class Scanner:
@@ -89,6 +121,11 @@ class Scanner:
         self.sources = sources
         self.batch_size = batch_size
         self.idle_seconds = idle_seconds
+        self.candidates = metrics.Children(metrics.SCANNER_CANDIDATES)
+        self.decisions = metrics.Children(metrics.SCANNER_DECISIONS)
+        self.failures = metrics.Children(metrics.SCANNER_FAILURES)
+        self.backoffs = metrics.Children(metrics.SCANNER_BACKOFFS)
+        self.leases_expired = metrics.Children(metrics.LEASES_EXPIRED)
 
     def collect(self) -> list[Candidate]:
         def list_due(tx: Tx) -> list[Candidate]:
@@ -106,9 +143,12 @@ class Scanner:
             outcome = candidate.source.process.once(self.database, candidate.id)
         except Exception as exc:  # K2: whatever went wrong, back this candidate off and go on
             report.failed += 1
+            self.failures(candidate.source.name).inc()
             again = backoff.record_failure(
                 self.database, candidate.source.failures, candidate.id, f"{type(exc).__name__}: {exc}"
             )
+            if again:
+                self.backoffs(candidate.source.name).inc()
             # A try whose COMMIT lost its answer may have done the work: then there is nothing to back off.
             then = f"backed off until {again.isoformat()}" if again else "it was done after all"
             log.warning("scan %s %s failed: %s; %s", candidate.source.name, candidate.id, exc, then)
@@ -117,6 +157,7 @@ class Scanner:
             report.skipped += 1
         else:
             report.done += 1
+            self.decisions(outcome).inc()
 
     def expire_leases(self, report: BatchReport) -> None:
         for row in self.database.read(tasks.expired_lease_candidates, self.batch_size):
@@ -124,10 +165,12 @@ class Scanner:
                 decision = tasks.expire_lease.once(self.database, row["id"], row["queue_id"])
             except Exception as exc:  # the next batch sees it again: its lease is still expired
                 report.failed += 1
+                self.failures(LEASES).inc()
                 log.warning("lease expiry of task %s failed: %s", row["id"], exc)
                 continue
             if decision is not None:
                 report.leases[decision] = report.leases.get(decision, 0) + 1
+                self.leases_expired(decision).inc()
 
     def run_once(self, stop: threading.Event | None = None) -> BatchReport:
         started = time.monotonic()
@@ -139,8 +182,12 @@ class Scanner:
             if stop is not None and stop.is_set():
                 break
             report.by_source[candidate.source.name] = report.by_source.get(candidate.source.name, 0) + 1
+            self.candidates(candidate.source.name).inc()
             self.process(candidate, report)
-        report.millis = (time.monotonic() - started) * 1000
+        seconds = time.monotonic() - started
+        report.millis = seconds * 1000
+        metrics.SCANNER_BATCHES.inc()
+        metrics.SCANNER_BATCH_SECONDS.observe(seconds)
         return report
 
     def run(self, stop: threading.Event) -> None:
@@ -148,12 +195,15 @@ class Scanner:
             try:
                 report = self.run_once(stop)
             except Exception as exc:  # the database is unreachable: wait and try again
+                self.failures(LISTING).inc()
                 log.warning("scan batch failed: %s", exc)
                 stop.wait(self.idle_seconds)
                 continue
             # One line per batch; idle batches only at DEBUG, so an idle scanner is quiet.
             log.log(
-                logging.INFO if (report.candidates or report.leases or report.failed) else logging.DEBUG, report.line()
+                logging.INFO if (report.candidates or report.leases or report.failed) else logging.DEBUG,
+                "scan batch",
+                extra={"fields": report.fields()},
             )
             if report.candidates < self.batch_size:
                 stop.wait(self.idle_seconds)

@@ -18,6 +18,11 @@ connections and the database pool fit. Memory per connection is bounded by MAX_H
 waitress's in-memory part of a buffered body (`inbuf_overflow`); larger bodies go to a temporary
 file.
 
+Metrics. With several processes, each keeps its metric values in files of one directory that
+`weave serve` creates empty at start and removes when it stops (prometheus_client's multiprocess
+mode), so that /metrics, whichever process answers, sums them all; the files of a worker that
+ended stop counting in its gauges, not in its counters. One process keeps them in memory.
+
 Errors (item 9). waitress answers some requests itself, before the application runs; `create_server`
 makes those answers problem+json too (see ProblemErrorTask).
 """
@@ -28,9 +33,11 @@ import logging
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 
 import falcon
@@ -38,7 +45,7 @@ import waitress
 from waitress.channel import HTTPChannel
 from waitress.task import ErrorTask
 
-from weave import errors
+from weave import errors, metrics
 from weave.config import Config
 from weave.db import Database, DatabaseUrl
 from weave.errors import Code
@@ -76,6 +83,17 @@ def serve(config: Config, host: str, port: int, processes: int = 1) -> None:
     if processes == 1:
         _run_worker(socket.create_server((host, port), family=family, backlog=BACKLOG), config)
         return
+    # A directory of this run's own: files of an earlier run (even one that was killed) never count.
+    directory = tempfile.mkdtemp(prefix="weave-metrics-")
+    try:
+        metrics.use_multiprocess(directory)
+        _supervise(config, host, port, processes, family)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _supervise(config: Config, host: str, port: int, processes: int, family: socket.AddressFamily) -> None:
+    """Fork a worker per listening socket and replace those that end, until SIGTERM or SIGINT."""
     listeners = []
     for _ in range(processes):
         listeners.append(socket.create_server((host, port), family=family, backlog=BACKLOG, reuse_port=True))
@@ -95,6 +113,7 @@ def serve(config: Config, host: str, port: int, processes: int = 1) -> None:
         workers[_fork_worker(listener, config)] = listener
     while workers:
         pid, status = os.wait()
+        metrics.process_ended(pid)
         listener = workers.pop(pid, None)
         if listener is not None and not stopping:
             log.error("API worker %d ended (wait status %d); starting another", pid, status)

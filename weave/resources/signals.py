@@ -6,6 +6,8 @@ import re
 
 import falcon
 
+from weave import metrics
+from weave.db import Unavailable
 from weave.errors import Code, WeaveError
 from weave.http import (
     Resource,
@@ -25,6 +27,8 @@ CORRELATION_KEY_MAX_BYTES = 512
 STATUSES = ("PENDING", "CONSUMED", "REJECTED", "EXPIRED")
 PAGE_DEFAULT = 100
 PAGE_MAX = 1000
+SEND_OUTCOMES = metrics.Children(metrics.SIGNAL_REQUESTS)
+ACCEPTED = metrics.Children(metrics.SIGNALS_ACCEPTED)
 
 
 def _idempotency_key(req: falcon.Request) -> str:
@@ -76,6 +80,25 @@ class WorkflowSignals(Resource):
         ),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
+        try:
+            receipt = self._send(req, workflow_id)
+        except WeaveError as exc:
+            SEND_OUTCOMES(exc.code.name).inc()
+            raise
+        except Unavailable:
+            SEND_OUTCOMES(Code.UNAVAILABLE.name).inc()
+            raise
+        resp.status = 201
+        resp.content_type = "application/json"
+        resp.text = receipt.text
+        if receipt.replayed:
+            SEND_OUTCOMES("replayed").inc()
+            resp.set_header("Idempotent-Replayed", "true")
+        else:
+            SEND_OUTCOMES("accepted").inc()
+            ACCEPTED(receipt.status, receipt.disposition or "none").inc()
+
+    def _send(self, req: falcon.Request, workflow_id: str) -> signals.Receipt:
         principal = req.context.principal
         key = _idempotency_key(req)
         request = signal_request(key, read_json(req, "signal", self.body_limit))
@@ -87,12 +110,7 @@ class WorkflowSignals(Resource):
                     f"the application's quota of {principal.signals_per_minute} signals per minute is used up",
                     headers={"Retry-After": str(wait)},
                 )
-        receipt = signals.send_signal(self.database, principal, workflow_id, request)
-        resp.status = 201
-        resp.content_type = "application/json"
-        resp.text = receipt.text
-        if receipt.replayed:
-            resp.set_header("Idempotent-Replayed", "true")
+        return signals.send_signal(self.database, principal, workflow_id, request)
 
     @operation(
         "List a workflow's signals with their dispositions, oldest first",

@@ -9,8 +9,8 @@ import time
 
 import falcon
 
-from weave import jsontext
-from weave.errors import Code
+from weave import jsontext, metrics
+from weave.errors import Code, WeaveError
 from weave.http import Resource, bounded_value_text, operation, read_json, send_json
 from weave.sql import tasks
 from weave.times import rfc3339
@@ -22,6 +22,19 @@ LONG_POLL_PAUSES = (0.05, 0.1, 0.2, 0.25)
 # A claim that would wait while the process has its cap of waiting claims answers 204 at once with
 # Retry-After: a random 1 s up to its own wait_seconds, at most this (docs/decisions.md, Pulse).
 RETRY_AFTER_MAX_SECONDS = 5
+CLAIMS = metrics.Children(metrics.TASK_CLAIMS)
+COMPLETED = metrics.Children(metrics.TASKS_COMPLETED)
+LEASES_LOST = metrics.Children(metrics.LEASES_LOST)
+
+
+def _counting_lost_leases(operation: str, call, *args):
+    """`call(*args)`, counting a LEASE_LOST refusal of `operation` (heartbeat, complete)."""
+    try:
+        return call(*args)
+    except WeaveError as exc:
+        if exc.code is Code.LEASE_LOST:
+            LEASES_LOST(operation).inc()
+        raise
 
 
 class QueueClaim(Resource):
@@ -75,9 +88,14 @@ class QueueClaim(Resource):
                 # later than the wait they asked for, so each polls about as often as it meant to.
                 retry_after = random.randint(1, min(wait_seconds, RETRY_AFTER_MAX_SECONDS))
                 resp.set_header("Retry-After", str(retry_after))
+                CLAIMS("turned_away").inc()
+                resp.status = 204
+                return
         if claimed is None:
+            CLAIMS("empty").inc()
             resp.status = 204
             return
+        CLAIMS("claimed").inc()
         send_json(resp, 200, claimed_task_view(claimed))
 
     @staticmethod
@@ -105,7 +123,9 @@ class TaskHeartbeat(Resource):
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, task_id: int) -> None:
         principal = req.context.principal
         body = read_json(req, "heartbeat", self.body_limit)
-        beat = tasks.heartbeat(
+        beat = _counting_lost_leases(
+            "heartbeat",
+            tasks.heartbeat,
             self.database,
             principal.namespace_id,
             task_id,
@@ -139,7 +159,9 @@ class TaskComplete(Resource):
             error_text=jsontext.compact(error) if error is not None else None,
             retryable=bool(error and error["retryable"]),
         )
-        done = tasks.complete_task(
+        done = _counting_lost_leases(
+            "complete",
+            tasks.complete_task,
             self.database,
             principal.namespace_id,
             task_id,
@@ -149,4 +171,5 @@ class TaskComplete(Resource):
             principal.credential_id,
             principal.actor,
         )
+        COMPLETED(completion.outcome).inc()
         send_json(resp, 200, done)

@@ -1,0 +1,214 @@
+"""Prometheus metrics of the API and the scanner (SPEC §12; every one is described in docs/operations.md).
+
+Counters, gauges and histograms are recorded where things happen (the HTTP middleware, the
+resources, the connection pool, the retry loop, the scanner) into prometheus_client's default
+registry. Two kinds of figure are read, not recorded: the scanner's lag and the workflows in
+review are properties of the database, not of a process, so `Backlog` reads them from the
+database when /metrics is scraped. They are right even when no scanner runs at all, which is
+exactly when they matter.
+
+`weave serve` runs its API processes in prometheus_client's multiprocess mode
+(`use_multiprocess`): every process writes its values into files of one directory and a scrape,
+whichever process answers it, sums them all. The library decides how a value is kept when the
+value is created, and a metric without labels creates its value at import, before `weave serve`
+has chosen the mode: so every metric that API processes record has labels (`API_METRICS`,
+checked by `use_multiprocess`). The scanner is one process and keeps its values in memory.
+
+Hot paths look children up in `Children`, a plain dict, instead of `metric.labels(...)`, which
+builds a key and takes the metric's lock on every call.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, values
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # the Prometheus text format generate_latest writes
+
+# Up to 25 s: a long-polling claim waits up to 20 s.
+LATENCY_BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
+BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+UNROUTED = "unrouted"  # the route label of a request that matched no route or was refused before routing
+
+
+class Children:
+    """The children of a labelled metric by their label values, cached in a dict."""
+
+    def __init__(self, metric):
+        self.metric = metric
+        self._children: dict[tuple, object] = {}
+
+    def __call__(self, *label_values: str):
+        child = self._children.get(label_values)
+        if child is None:  # two threads may both get here: `labels` returns the same child to both
+            child = self._children[label_values] = self.metric.labels(*label_values)
+        return child
+
+
+def method_label(method: str) -> str:
+    """A request's method as a label: the methods of HTTP, else OTHER (a client picks the method)."""
+    return method if method in METHODS else "OTHER"
+
+
+# ---- the API ------------------------------------------------------------------------------------------
+
+HTTP_REQUESTS = Counter(
+    "weave_http_requests_total",
+    "HTTP requests answered, by route template, method and status",
+    ["route", "method", "status"],
+)
+HTTP_DURATION = Histogram(
+    "weave_http_request_duration_seconds",
+    "Time from the request's arrival in the application to its answer, by route template and method",
+    ["route", "method"],
+    buckets=LATENCY_BUCKETS,
+)
+SIGNAL_REQUESTS = Counter(
+    "weave_signal_requests_total",
+    "Signal sends by outcome: accepted, replayed (same idempotency key and request), or the problem code refusing it",
+    ["outcome"],
+)
+SIGNALS_ACCEPTED = Counter(
+    "weave_signals_accepted_total", "Signals stored, by status and disposition at acceptance", ["status", "disposition"]
+)
+TASK_CLAIMS = Counter(
+    "weave_task_claims_total",
+    "Claims by result: claimed, empty, or turned_away (the long-poll cap was full)",
+    ["result"],
+)
+TASKS_COMPLETED = Counter("weave_tasks_completed_total", "Task outcomes reported by workers", ["outcome"])
+LEASES_LOST = Counter(
+    "weave_tasks_leases_lost_total", "Heartbeats and completions refused with LEASE_LOST", ["operation"]
+)
+
+# ---- the database (API and scanner) -------------------------------------------------------------------
+
+DB_RETRIES = Counter(
+    "weave_db_retries_total", "Units of work re-run, by the MySQL error code that failed them", ["code"]
+)
+DB_UNAVAILABLE = Counter(
+    "weave_db_unavailable_total", "Units of work that ran out of retries (the API answers 503)", ["unit"]
+)
+POOL_MAX = Gauge(
+    "weave_db_pool_max_connections", "Connections a pool may hold", ["database"], multiprocess_mode="livesum"
+)
+# Open connections change when one is opened or closed, not per unit of work: cheap to keep.
+POOL_OPEN = Gauge(
+    "weave_db_pool_connections",
+    "Connections a pool holds open (idle or in use)",
+    ["database"],
+    multiprocess_mode="livesum",
+)
+POOL_WAITS = Counter("weave_db_pool_waits_total", "Checkouts that waited for a free connection", ["database"])
+POOL_WAIT_SECONDS = Counter(
+    "weave_db_pool_wait_seconds_total", "Time spent waiting for a free connection", ["database"]
+)
+CONNECTIONS_OPENED = Counter("weave_db_connections_opened_total", "Database connections opened", ["database"])
+
+API_METRICS = (
+    HTTP_REQUESTS,
+    HTTP_DURATION,
+    SIGNAL_REQUESTS,
+    SIGNALS_ACCEPTED,
+    TASK_CLAIMS,
+    TASKS_COMPLETED,
+    LEASES_LOST,
+    DB_RETRIES,
+    DB_UNAVAILABLE,
+    POOL_MAX,
+    POOL_OPEN,
+    POOL_WAITS,
+    POOL_WAIT_SECONDS,
+    CONNECTIONS_OPENED,
+)
+
+# ---- the scanner (one process) --------------------------------------------------------------------------
+
+SCANNER_BATCHES = Counter("weave_scanner_batches_total", "Scanner batches run")
+SCANNER_BATCH_SECONDS = Histogram(
+    "weave_scanner_batch_duration_seconds", "Time a scanner batch took", buckets=BATCH_BUCKETS
+)
+SCANNER_CANDIDATES = Counter("weave_scanner_candidates_total", "Candidates taken into batches, by source", ["source"])
+SCANNER_DECISIONS = Counter(
+    "weave_scanner_decisions_total",
+    "What processing a candidate decided, by kind (the unit's answer: CONSUMED, ACTIVATED, SIGNAL_EXPIRED, …)",
+    ["kind"],
+)
+SCANNER_FAILURES = Counter(
+    "weave_scanner_failures_total",
+    "Candidates whose transaction failed, by source (lease: lease expiry; batch: listing)",
+    ["source"],
+)
+SCANNER_BACKOFFS = Counter(
+    "weave_scanner_backoffs_total",
+    "Failed candidates backed off (attempts + 1, a later available_at), by source",
+    ["source"],
+)
+LEASES_EXPIRED = Counter(
+    "weave_scanner_leases_expired_total", "Expired task leases settled by the scanner, by decision", ["decision"]
+)
+
+# ---- read from the database at scrape time --------------------------------------------------------------
+
+LAG = "weave_scanner_lag_seconds"
+NEEDS_REVIEW = "weave_workflows_needs_review"
+
+
+class Backlog:
+    """A collector of the figures read from the database when scraped: the scanner's lag by source
+    and the workflows in NEEDS_REVIEW. `read()` returns `{"lag_seconds": {source: seconds},
+    "needs_review": {namespace: count}}` (weave.scanner.backlog). A database that does not answer
+    leaves both out of the scrape rather than failing it: the other figures still tell why.
+
+    The review count is one total: /metrics answers without a token, and namespace names are the
+    tenants' (`weave admin stats` has them by namespace)."""
+
+    def __init__(self, read: Callable[[], dict]):
+        self.read = read
+
+    def collect(self):
+        try:
+            figures = self.read()
+        except Exception:  # noqa: BLE001 - the scrape must not fail with the database
+            return
+        lag = GaugeMetricFamily(
+            LAG, "Age of the oldest due scanner candidate, by source (0: none is due)", labels=["source"]
+        )
+        for source, seconds in figures["lag_seconds"].items():
+            lag.add_metric([source], seconds)
+        yield lag
+        yield GaugeMetricFamily(NEEDS_REVIEW, "Workflows in NEEDS_REVIEW", value=sum(figures["needs_review"].values()))
+
+
+def registry(read_backlog: Callable[[], dict]) -> CollectorRegistry:
+    """What /metrics exposes: this process's recorded metrics (or, in multiprocess mode, those of
+    every process) and the backlog read from the database."""
+    exposed = CollectorRegistry(auto_describe=False)
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    exposed.register(MultiProcessCollector(None, directory) if directory else REGISTRY)
+    exposed.register(Backlog(read_backlog))
+    return exposed
+
+
+def use_multiprocess(directory: str) -> None:
+    """Keep every metric value of this process and of the processes it forks from now on in
+    files in `directory` (an empty directory of their own), summed by every scrape.
+
+    Call it before any API metric records a value, and before forking."""
+    unlabelled = [metric._name for metric in API_METRICS if not metric._labelnames]
+    if unlabelled:  # its value exists already: it would count in this process only
+        raise AssertionError(f"API metrics need labels to be kept across processes: {unlabelled}")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    # The value class the library picks at import from PROMETHEUS_MULTIPROC_DIR; it reads this
+    # attribute whenever a value is created (the library's own multiprocess tests set it so).
+    values.ValueClass = values.MultiProcessValue()
+
+
+def process_ended(pid: int) -> None:
+    """Forget the live gauges of a process that ended (its counters still count)."""
+    mark_process_dead(pid, os.environ["PROMETHEUS_MULTIPROC_DIR"])
