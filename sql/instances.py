@@ -129,20 +129,24 @@ def list_events(tx: Tx, principal: Principal, workflow_id: str, after: int, limi
 
 # ---- the workflow list (§11): newest first, only what the credential may read ------------------------
 
-LIST_COLUMNS = """
+
+def _list(index: str, where: str) -> str:
+    """One page of the list: `index` (migration 0006) read backwards from the cursor. The index is
+    named because it is always the best plan (exactly `limit` entries read, no sort), while the
+    optimizer sometimes costs a backward scan of the primary key, filtered, as cheaper when the
+    namespace holds most instances; on a namespace holding few, that scan reads the whole table."""
+    return f"""
 SELECT i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version, d.digest AS definition_digest,
        i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at
-FROM instances i JOIN definitions d ON d.id = i.definition_id
+FROM instances i FORCE INDEX ({index}) JOIN definitions d ON d.id = i.definition_id
+WHERE {where} AND i.id < %s ORDER BY i.id DESC LIMIT %s
 """
-# Each statement reads one range of one index of migration 0006 backwards from the cursor.
-SELECT_NEWEST = LIST_COLUMNS + "WHERE i.namespace_id = %s AND i.id < %s ORDER BY i.id DESC LIMIT %s"
-SELECT_NEWEST_BY_STATUS = (
-    LIST_COLUMNS + "WHERE i.namespace_id = %s AND i.status = %s AND i.id < %s ORDER BY i.id DESC LIMIT %s"
-)
-SELECT_NEWEST_OF_VERSION = LIST_COLUMNS + "WHERE i.definition_id = %s AND i.id < %s ORDER BY i.id DESC LIMIT %s"
-SELECT_NEWEST_OF_VERSION_BY_STATUS = (
-    LIST_COLUMNS + "WHERE i.definition_id = %s AND i.status = %s AND i.id < %s ORDER BY i.id DESC LIMIT %s"
-)
+
+
+SELECT_NEWEST = _list("ix_instances_namespace_recent", "i.namespace_id = %s")
+SELECT_NEWEST_BY_STATUS = _list("ix_instances_namespace_status", "i.namespace_id = %s AND i.status = %s")
+SELECT_NEWEST_OF_VERSION = _list("ix_instances_definition_recent", "i.definition_id = %s")
+SELECT_NEWEST_OF_VERSION_BY_STATUS = _list("ix_instances_definition_status", "i.definition_id = %s AND i.status = %s")
 NO_CURSOR = 2**64 - 1  # above every BIGINT UNSIGNED id
 
 

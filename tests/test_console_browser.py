@@ -90,9 +90,13 @@ def send_exactly(flow, key: str, sequence: int):
 
 
 def wait_for(driver, condition, timeout: float = 20):
+    """`condition` true within `timeout`. A watched page reloads itself every 2 s: an element found
+    just before a reload is stale when read, and the condition is simply asked again."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored).until(condition)
 
 
 def text_of(driver, css: str) -> str:

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from helpers import run_scanners_until, run_with_kills, task_steps, use_real_time
 
+from weave import scanner as scanner_module
 from weave.scanner import Scanner
 from weave.sql import engine, instances, tasks
 
@@ -278,3 +279,19 @@ def test_k2_a_connection_cut_mid_candidate_backs_it_off_and_loses_nothing(flow, 
     clock.advance(1)
     flow.scan()
     assert flow.rows("SELECT status FROM step_activations") == [{"status": "ACTIVE"}]
+
+
+@pytest.mark.parametrize(
+    "idle_for, pause",
+    [
+        (0.0, scanner_module.BUSY_SECONDS),  # work just now: look again almost at once
+        (0.01, scanner_module.BUSY_SECONDS),
+        (0.1, 0.025),  # a quarter of the time since the last work
+        (0.5, 0.125),
+        (1.0, scanner_module.IDLE_SECONDS),  # idle: the longest sleep, and no longer
+        (3600.0, scanner_module.IDLE_SECONDS),
+    ],
+)
+def test_k1_the_scanner_sleeps_briefly_while_work_arrives_and_longer_once_idle(idle_for, pause):
+    assert scanner_module.pause_after(idle_for) == pytest.approx(pause)
+    assert scanner_module.pause_after(idle_for, longest=0.05) == pytest.approx(min(pause, 0.05))

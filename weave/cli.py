@@ -441,7 +441,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("scan", parents=[common], help="run the scanner loop (inbox, checkpoints, leases)")
     p.add_argument("--once", action="store_true", help="process one batch, print its report and exit")
-    p.add_argument("--idle-seconds", type=_idle_seconds, default=IDLE_SECONDS, help="sleep between batches when idle")
+    p.add_argument(
+        "--idle-seconds",
+        type=_idle_seconds,
+        default=IDLE_SECONDS,
+        help="the longest sleep between batches, once idle (shorter while work keeps arriving)",
+    )
     p.add_argument(
         "--metrics-port", type=_port, default=None, help="serve Prometheus metrics on this port (default: none)"
     )
