@@ -1,6 +1,6 @@
 """Benchmarks: Weave over HTTP beside a raw PyMySQL baseline doing the same statements, same run.
 
-    scripts/bench [--only pulse|e2e|signals|latency|validation] [--json FILE]   (--help lists every option)
+    scripts/bench [--only pulse|e2e|signals|latency|consumption|validation] [--json FILE]   (--help lists every option)
     scripts/bench --only signals --against main      (signal acceptance: this checkout against a revision)
 
 Everything runs on this machine: a private database server, `weave serve` and `weave scan` as
@@ -894,6 +894,118 @@ def bench_latency(bench: Bench, signals: int, idle_window: float = 5.0) -> list[
     ]
 
 
+def _scanners(bench: Bench, count: int) -> list[subprocess.Popen]:
+    env = {**os.environ, "WEAVE_DATABASE_URL": bench.url.url()}
+    command = [sys.executable, "-m", "weave.cli", "scan"]
+    return [subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL) for _ in range(count)]
+
+
+def _count(bench: Bench, sql: str, *params) -> int:
+    return bench.database.read(lambda tx: tx.one(sql, params))["n"]
+
+
+def _waiting(bench: Bench, prefix: str) -> int:
+    return _count(
+        bench,
+        "SELECT COUNT(*) AS n FROM waits w JOIN instances i ON i.id = w.instance_id "
+        "WHERE w.status = 'WAITING' AND i.workflow_id LIKE %s",
+        f"{prefix}-%",
+    )
+
+
+def _pending(bench: Bench, prefix: str) -> int:
+    return _count(
+        bench, "SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING' AND idempotency_key LIKE %s", f"{prefix}-%"
+    )
+
+
+def bench_consumption(
+    bench: Bench, signals: int, scanner_counts: tuple[int, ...] = (1, 3), clients: int = 8
+) -> list[dict]:
+    """The scanner keeping up: `signals` workflows wait on their one SIGNAL step; `clients` clients
+    send their signals as fast as Weave accepts them while 1 (then 3) `weave scan` processes
+    consume them. Printed: the acceptance rate, the consumption rate (signals over the time from
+    the first acceptance to the last consumption, database times) and the backlog of accepted,
+    not yet consumed signals, sampled every 50 ms: its largest value and its value when sending ended."""
+    client = Http(bench, bench.client_token)
+    client.post("/definitions", {"name": "wait", "steps": [SIGNAL_DEFINITION["steps"][1]]})
+    results = []
+    for count in scanner_counts:
+        prefix = f"con{count}-{int(time.time())}"
+        client = Http(bench, bench.client_token)  # the server closes a connection left idle for 10 s
+        ids = []
+        for i in range(signals):
+            ids.append(f"{prefix}-{i}")
+            body = {"definition": "wait", "version": 1, "input": {"order_id": f"o-{i}"}, "deadline_seconds": 86400}
+            client.post("/workflows", {**body, "workflow_id": ids[-1]})
+        scanners = _scanners(bench, count)
+        try:
+            deadline = time.monotonic() + 120
+            while _waiting(bench, prefix) < signals:
+                assert time.monotonic() < deadline, "waits did not activate"
+                time.sleep(0.1)
+            backlog: list[int] = []
+            sending = threading.Event()
+            sending.set()
+
+            def sample() -> None:
+                while sending.is_set():
+                    backlog.append(_pending(bench, prefix))
+                    time.sleep(0.05)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            senders: dict[int, Http] = {}
+            per_client = max(1, signals // clients)
+
+            def prepare(i: int) -> None:
+                senders[i] = Http(bench, bench.client_token)
+
+            def send(i: int) -> None:
+                for n in range(per_client):
+                    k = i * per_client + n
+                    senders[i].headers["Idempotency-Key"] = f"{prefix}-{k}"
+                    status, _ = senders[i].post(f"/workflows/{ids[k]}/signals", _signal_body(f"o-{k}"))
+                    assert status == 201, status
+
+            sampler.start()
+            seconds = run_threads(clients, send, prepare)
+            sent = per_client * clients
+            at_end = _pending(bench, prefix)
+            deadline = time.monotonic() + 120
+            while _pending(bench, prefix):
+                assert time.monotonic() < deadline, "signals were not consumed"
+                time.sleep(0.05)
+            sending.clear()
+            sampler.join()
+            span = bench.database.read(
+                lambda tx: tx.one(
+                    "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(accepted_at), MAX(consumed_at)) AS us FROM signals "
+                    "WHERE idempotency_key LIKE %s",
+                    (f"{prefix}-%",),
+                )
+            )["us"]
+        finally:
+            for scanner in scanners:
+                scanner.terminate()
+            for scanner in scanners:
+                scanner.wait(10)
+        row = {
+            "label": f"signals consumed while accepted at full speed, {count} scanner(s)",
+            "signals": sent,
+            "accepted_per_second": round(sent / seconds, 1),
+            "consumed_per_second": round(sent / (span / 1e6), 1),
+            "max_backlog": max(backlog, default=0),
+            "backlog_when_sending_ended": at_end,
+        }
+        print(
+            f"{row['label']:<62} accepted {row['accepted_per_second']:7.1f}/s   consumed {row['consumed_per_second']:7.1f}/s"
+            f"   backlog max {row['max_backlog']}, {at_end} when sending ended ({sent} signals, {clients} clients)",
+            flush=True,
+        )
+        results.append(row)
+    return results
+
+
 # ---- payload validation under hostile schemas (issue 10, items 2-3) ---------------------------------
 
 VALIDATION_BYTES = 256 * 1024
@@ -1190,7 +1302,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeat", type=int, default=3, help="alternating weave/baseline runs per signal figure")
     parser.add_argument("--latency-signals", type=int, default=200)
-    parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency", "validation"))
+    parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency", "consumption", "validation"))
+    parser.add_argument("--consumption-signals", type=int, default=2000, help="signals per consumption run")
     parser.add_argument(
         "--against",
         metavar="REF",
@@ -1231,6 +1344,8 @@ def main(argv: list[str] | None = None) -> int:
             results += bench_signals(bench, args.signals, args.repeat)
         if args.only in (None, "latency"):
             results += bench_latency(bench, args.latency_signals)
+        if args.only in (None, "consumption"):
+            results += bench_consumption(bench, args.consumption_signals)
     return _write(args.json, results)
 
 

@@ -53,12 +53,15 @@ def test_every_bench_section_runs_on_tiny_sizes():
             + bench.bench_e2e(running, 3, workers=2)
             + bench.bench_signals(running, 16, repeat=1, instances=4)
             + bench.bench_latency(running, 3, idle_window=0.2)
+            + bench.bench_consumption(running, 4, scanner_counts=(1, 2), clients=2)
         )
     rates = [row for row in rows if "ratio" in row]
     assert len(rates) == 2 + 1 + 6
     assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rates)
-    latency = rows[-1]
+    latency, *consumption = rows[-3:]
     assert latency["label"] == "signal accepted -> consumed" and latency["max_ms"] >= latency["p50_ms"] >= 0
+    assert [row["signals"] for row in consumption] == [4, 4]
+    assert all(row["consumed_per_second"] > 0 and row["max_backlog"] <= 4 for row in consumption)
 
 
 def test_the_validation_section_runs_on_tiny_sizes():
