@@ -26,13 +26,17 @@ class Source:
 def record_failure(tx: Tx, source: Source, source_id: int, error: str) -> datetime | None:
     """Returns the new `available_at`, or None when the row is gone (it was processed after all).
 
-    A re-run after a COMMIT whose answer was lost finds the count one above what the earlier
-    attempt read, and does not count the failure twice."""
+    A re-run after a COMMIT whose answer was lost finds the count above what the earlier attempt
+    read, and does not count the failure twice. Above by one or more: another scanner that failed
+    on the same row may have counted its own failure in between (seen in the fault tests: two
+    scanners failing on one inbox event, one of them losing its COMMIT's answer). Were ours the
+    COMMIT that did not happen, the count is one short: a backoff that grows one step slower once
+    is the harmless side of the doubt."""
     row = tx.one(source.lock, (source_id,))
     if row is None:
         return None
     seen = tx.memo.get("seen")
-    if tx.maybe_committed and seen is not None and row["attempts"] == seen["attempts"] + 1:
+    if tx.maybe_committed and seen is not None and row["attempts"] > seen["attempts"]:
         return seen["available_at"]
     available_at = tx.now() + pulse.retry_delay(row["attempts"] + 1)
     tx.memo["seen"] = {"attempts": row["attempts"], "available_at": available_at}

@@ -135,6 +135,28 @@ def test_a_backoff_whose_commit_answer_is_lost_is_counted_once(flow, clock, prox
     assert available_at == row["available_at"]
 
 
+def test_a_backoff_whose_commit_answer_is_lost_while_another_scanner_counts_its_own_failure(
+    flow, clock, database, proxied, lose_commit_answer, monkeypatch
+):
+    """Between the lost COMMIT and the re-run, a second scanner that failed on the same row counts
+    its failure: two failures, two counts (the re-run used to count its own again: three; found by
+    tests/test_fault_injection.py)."""
+    flow.publish(task_steps("work"))
+    flow.start("wf-0")
+    (checkpoint,) = flow.rows("SELECT id FROM checkpoints")
+    pause, others = time.sleep, []
+
+    def between_attempts(seconds):  # weave.db sleeps before it re-runs the unit
+        if not others:
+            others.append(backoff.record_failure(database, checkpoints.FAILURES, checkpoint["id"], "Retryable: other"))
+        pause(seconds)
+
+    lose_commit_answer()
+    monkeypatch.setattr(db.time, "sleep", between_attempts)
+    backoff.record_failure(proxied, checkpoints.FAILURES, checkpoint["id"], "Retryable: injected")
+    assert others and flow.rows("SELECT attempts FROM checkpoints") == [{"attempts": 2}]
+
+
 def test_a_signal_whose_commit_answer_is_lost_answers_the_receipt_it_froze(flow, proxied, lose_commit_answer):
     flow.publish(signal_flow_definition())
     flow.start("o-1", input={"order_id": "o-1"})
