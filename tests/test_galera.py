@@ -20,7 +20,6 @@ import pymysql
 import pytest
 from helpers import Flow, make_tenant, payment, signal_flow_definition, wait_until
 
-import weave.db
 from weave import migrate
 from weave.app import create_app
 from weave.config import Config
@@ -179,34 +178,77 @@ def test_a_read_through_one_node_sees_what_another_node_acknowledged(two_nodes):
     assert _reads_that_miss(two_nodes, "order-1", ROUNDS) == 0
 
 
-def _unit_reads_that_miss(cluster, rounds: int) -> int:
-    """Rows committed by a unit through node0 that a read-only unit through node1, right after,
-    does not find (units straight on `Database`: no HTTP between the two, the narrowest window)."""
-    url = DatabaseUrl.parse(cluster.url(DATABASE))
-    writer, reader = Database(url), Database(url.on_host(1))
+PAUSE_SECONDS = 0.5
+
+
+def _committed_while_node1_lags(cluster, key: int, read) -> tuple[object, float]:
+    """Commit row `key` through node0 while node1 has not applied it yet, and `read(key)` through
+    node1 at once: (what the read found, how long it took). Node1 lags deterministically: a
+    connection holds FLUSH TABLES WITH READ LOCK there, which pauses its applier for PAUSE_SECONDS
+    (a commit elsewhere is acknowledged without waiting for it)."""
+    writer = pymysql.connect(
+        unix_socket=str(cluster.nodes[0].socket_path), user="root", database=DATABASE, autocommit=True
+    )
+    locked = threading.Event()
+
+    def pause_node1() -> None:
+        holder = pymysql.connect(unix_socket=str(cluster.nodes[1].socket_path), user="root", autocommit=True)
+        try:
+            with holder.cursor() as cur:
+                cur.execute("FLUSH TABLES WITH READ LOCK")
+                locked.set()
+                time.sleep(PAUSE_SECONDS)
+                cur.execute("UNLOCK TABLES")
+        finally:
+            holder.close()
+
     try:
-        writer.run(lambda tx: tx.execute("CREATE TABLE IF NOT EXISTS causal_probe (id INT PRIMARY KEY)"))
-        writer.run(lambda tx: tx.execute("DELETE FROM causal_probe"))
-        missed = 0
-        for key in range(rounds):
-            writer.run(lambda tx: tx.execute("INSERT INTO causal_probe VALUES (%s)", (key,)))
-            missed += reader.read(lambda tx: tx.one("SELECT id FROM causal_probe WHERE id = %s", (key,))) is None
-        return missed
+        with writer.cursor() as cur:
+            cur.execute("CREATE TABLE IF NOT EXISTS causal_probe (id INT PRIMARY KEY)")
+        time.sleep(0.2)  # the table exists on node1 before its applier is paused
+        pausing = threading.Thread(target=pause_node1)
+        pausing.start()
+        locked.wait(10)
+        with writer.cursor() as cur:
+            cur.execute("INSERT INTO causal_probe VALUES (%s)", (key,))
+        started = time.monotonic()
+        found = read(key)
+        took = time.monotonic() - started
+        pausing.join()
+        return found, took
     finally:
         writer.close()
-        reader.close()
 
 
 def test_a_read_only_unit_on_one_node_sees_a_commit_acknowledged_by_another(cluster):
-    assert _unit_reads_that_miss(cluster, 500) == 0
+    """A read-only unit (wsrep_sync_wait) through node1 waits until node1 applied what node0 had
+    acknowledged, and finds it."""
+    reader = Database(DatabaseUrl.parse(cluster.url(DATABASE)).on_host(1))
+    try:
+        found, took = _committed_while_node1_lags(
+            cluster, 1, lambda key: reader.read(lambda tx: tx.one("SELECT id FROM causal_probe WHERE id = %s", (key,)))
+        )
+        assert found == {"id": 1} and took >= PAUSE_SECONDS / 2
+    finally:
+        reader.close()
 
 
-def test_without_causal_reads_a_read_only_unit_can_miss_an_acknowledged_commit(cluster, monkeypatch):
-    """The control: a node applies the others' commits a moment after they are acknowledged (a
-    third of such reads missed here without the wait)."""
-    join = weave.db._join_cluster_session
-    monkeypatch.setattr(weave.db, "_join_cluster_session", lambda cur, read_only: join(cur, read_only=False))
-    assert _unit_reads_that_miss(cluster, 500) > 0
+def test_without_causal_reads_a_read_on_another_node_misses_the_commit(cluster):
+    """The control: the same read without the wait answers from node1 as it was, without the row."""
+    reader = pymysql.connect(
+        unix_socket=str(cluster.nodes[1].socket_path), user="root", database=DATABASE, autocommit=True
+    )
+
+    def read(key):
+        with reader.cursor() as cur:
+            cur.execute("SELECT id FROM causal_probe WHERE id = %s", (key,))
+            return cur.fetchone()
+
+    try:
+        found, _ = _committed_while_node1_lags(cluster, 2, read)
+        assert found is None
+    finally:
+        reader.close()
 
 
 # ---- a mixed workload over the cluster ---------------------------------------------------------------
