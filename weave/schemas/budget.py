@@ -66,6 +66,11 @@ class _Account:
         self.sizes: dict[int, int] = {}  # id() of an array or object of this check → its size
         self.errors: dict[int, Any] = {}  # id() of every error charged for its making → the error (kept alive)
 
+    def spend(self, units: int) -> None:
+        self.left -= units
+        if self.left < 0:
+            raise BudgetExceeded()
+
 
 _account: ContextVar[_Account | None] = ContextVar("weave_validation_budget", default=None)
 
@@ -84,9 +89,7 @@ def budgeted(units: int = BUDGET_UNITS) -> Iterator[None]:
 def spend(units: int) -> None:
     account = _account.get()
     if account is not None:
-        account.left -= units
-        if account.left < 0:
-            raise BudgetExceeded()
+        account.spend(units)
 
 
 def regex_units(program_size: int, text: str) -> int:
@@ -190,17 +193,13 @@ def charged(keyword: str, check: Callable) -> Callable:
         if account is None:
             yield from check(validator, value, instance, schema) or ()
             return
-        account.left -= charge(value, instance, schema) if charge is not None else 1
-        if account.left < 0:
-            raise BudgetExceeded()
+        account.spend(charge(value, instance, schema) if charge is not None else 1)
         for error in check(validator, value, instance, schema) or ():
             if id(error) in account.errors:  # passed up from a deeper keyword: paths extended
-                account.left -= 1
+                account.spend(1)
             else:  # made here: its message printed the instance
                 account.errors[id(error)] = error
-                account.left -= ERROR_UNITS + size(instance) // NODES_PER_UNIT
-            if account.left < 0:
-                raise BudgetExceeded()
+                account.spend(ERROR_UNITS + size(instance) // NODES_PER_UNIT)
             yield error
 
     charged_check.__name__ = f"charged_{keyword}"
