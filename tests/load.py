@@ -161,6 +161,11 @@ class Workload:
         for thread in self._threads:
             thread.start()
 
+    def finish(self, database: Database, timeout: float) -> None:
+        """Wait until every workflow of the workload succeeded, then stop and join its threads."""
+        wait_until(lambda: all_succeeded(database, self.instances), timeout=timeout, pause=0.5)
+        self.join()
+
     def join(self) -> None:
         self.stop.set()
         for thread in self._threads:
@@ -326,7 +331,8 @@ def all_succeeded(database: Database, count: int) -> bool:
 
 
 def check_outcome(database: Database, api: Api, workload: Workload) -> dict:
-    """Everything that must hold once the workload drained; the figures to print."""
+    """Everything that must hold once the workload drained, the answers of every call included;
+    the figures to print."""
     rows = {name: database.read(lambda tx, sql=sql: tx.all(sql)) for name, sql in OUTCOME_SQL.items()}
     instances = {r["workflow_id"]: r for r in rows["instances"]}
     # every acknowledged start is there, and finished
@@ -373,6 +379,8 @@ def check_outcome(database: Database, api: Api, workload: Workload) -> dict:
     # drained: no permit held, nothing due
     assert {q["permits_in_use"] for q in rows["queues"]} == {0}
     assert rows["checkpoints"] == [], rows["checkpoints"]
+    # no 5xx but 503, every 503 with Retry-After, every call answered in time (the replays above too)
+    assert api.calls.bad == [], api.calls.bad[:10]
     return {
         "instances": len(instances),
         "signals": len(rows["signals"]),

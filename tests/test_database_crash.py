@@ -81,13 +81,11 @@ def test_sigkill_of_the_database_under_load_loses_nothing_and_everything_recover
             # the API recovers at once: its pool's dead connections are not tried one by one
             answer = api.call("after-restart", "GET", "/workflows/o-0", tokens["starter"])
             assert answer is not None and answer.status == 200, answer
-        wait_until(lambda: load.all_succeeded(database, INSTANCES), timeout=120, pause=0.5)
-        workload.join()
+        workload.finish(database, timeout=120)
         drained = time.monotonic() - started
         # API and scanners recovered by themselves: the very processes started above
         assert [p.poll() for p in processes] == [None] * len(processes)
         figures = load.check_outcome(database, api, workload)
-        assert calls.bad == [], calls.bad[:10]
         assert calls.count(503) > len(down_answers)  # the workload met the outage too
     finally:
         load.stop_processes(processes)

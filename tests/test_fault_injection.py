@@ -76,12 +76,10 @@ def test_two_percent_of_connections_cut_under_a_mixed_workload(database, clock, 
         proxy.faults()  # the faults stop: everything must drain
         faulty = time.monotonic() - started
         faults = dict(proxy.counts)
-        wait_until(lambda: load.all_succeeded(database, INSTANCES), timeout=120, pause=0.5)
-        workload.join()
+        workload.finish(database, timeout=120)
         drained = time.monotonic() - started - faulty
         assert [p.poll() for p in processes] == [None] * len(processes)
         figures = load.check_outcome(database, api, workload)
-        assert calls.bad == [], calls.bad[:10]
         # no task ran twice, and no worker was told its lease was lost: a claim or a completion
         # whose COMMIT lost its answer was answered as it had committed (docs/decisions.md)
         assert figures["task_attempts"] == figures["tasks"] and figures["lease_lost"] == 0, figures
