@@ -77,27 +77,7 @@ def running_weave(threads: int, processes: int = 1, against: str | None = None):
         ExitStack() as stack,
     ):
         url = DatabaseUrl.parse(server.url("weave_bench"))
-        migrate.ensure_database(url)
-        migrate.apply(url)
-        database = Database(url)
-        tenancy.create_namespace(database, NS)
-        tenancy.create_queue(database, NS, QUEUE, PERMITS)
-        tenancy.create_application(database, NS, "app", None)
-        client_token, worker_token = auth.new_token(), auth.new_token()
-        tenancy.create_credential(
-            database,
-            NS,
-            "app",
-            "bench-client",
-            sorted(auth.SCOPES - {"tasks:work"}),
-            [QUEUE],
-            auth.token_hash(client_token),
-            None,
-        )
-        tenancy.create_credential(
-            database, NS, "app", "bench-worker", ["tasks:work"], [QUEUE], auth.token_hash(worker_token), None
-        )
-        namespace_id = tenancy.authenticate(database, auth.token_hash(client_token)).namespace_id
+        database, client_token, worker_token, namespace_id = prepared(url)
         stack.callback(database.close)
         env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
         base, pid = stack.enter_context(_serving(env, threads, processes))
@@ -107,6 +87,27 @@ def running_weave(threads: int, processes: int = 1, against: str | None = None):
             base, pid = stack.enter_context(_serving({**env, "PYTHONPATH": str(tree)}, threads, processes))
             bench.reference = replace(bench, base=base, server_pid=pid, label=against)
         yield bench
+
+
+def prepared(url: DatabaseUrl) -> tuple[Database, str, str, int]:
+    """The bench's database at `url`, migrated, with its tenant: (the database, the client's token,
+    the worker's token, the namespace's id)."""
+    migrate.ensure_database(url)
+    migrate.apply(url)
+    database = Database(url)
+    tenancy.create_namespace(database, NS)
+    tenancy.create_queue(database, NS, QUEUE, PERMITS)
+    tenancy.create_application(database, NS, "app", None)
+    client_token, worker_token = auth.new_token(), auth.new_token()
+    client_scopes = sorted(auth.SCOPES - {"tasks:work"})
+    tenancy.create_credential(
+        database, NS, "app", "bench-client", client_scopes, [QUEUE], auth.token_hash(client_token), None
+    )
+    tenancy.create_credential(
+        database, NS, "app", "bench-worker", ["tasks:work"], [QUEUE], auth.token_hash(worker_token), None
+    )
+    namespace_id = tenancy.authenticate(database, auth.token_hash(client_token)).namespace_id
+    return database, client_token, worker_token, namespace_id
 
 
 @contextmanager
@@ -822,50 +823,19 @@ def _cpu_seconds(pid: int) -> float:
 
 def bench_latency(bench: Bench, signals: int, idle_window: float = 5.0) -> list[dict]:
     """Acceptance to consumption with one `weave scan` running and active waits (database times)."""
-    client = Http(bench, bench.client_token)
-    client.post("/definitions", {"name": "wait", "steps": [SIGNAL_DEFINITION["steps"][1]]})
-    env = {**os.environ, "WEAVE_DATABASE_URL": bench.url.yoyo_url()}
-    scanner = subprocess.Popen([sys.executable, "-m", "weave.cli", "scan"], env=env, stderr=subprocess.DEVNULL)
+    (scanner,) = _scanners(bench, 1)
     try:
-        ids = []
-        for i in range(signals):
-            ids.append(f"lat-{i}")
-            client.post(
-                "/workflows",
-                {
-                    "definition": "wait",
-                    "version": 1,
-                    "input": {"order_id": f"o-{i}"},
-                    "deadline_seconds": 86400,
-                    "workflow_id": ids[-1],
-                },
-            )
-        deadline = time.monotonic() + 60
-        while (
-            bench.database.run(
-                lambda tx: tx.one(
-                    "SELECT COUNT(*) AS n FROM waits WHERE status = 'WAITING' "
-                    "AND step_key = 'payment' AND instance_id IN (SELECT id FROM "
-                    "instances WHERE workflow_id LIKE 'lat-%%')"
-                )
-            )["n"]
-            < signals
-        ):
-            assert time.monotonic() < deadline, "waits did not activate"
-            time.sleep(0.1)
+        ids = _waiting_workflows(bench, "lat", signals)
         time.sleep(1)
         cpu_before = _cpu_seconds(scanner.pid)
         time.sleep(idle_window)
         idle_cpu = (_cpu_seconds(scanner.pid) - cpu_before) / idle_window
+        client = Http(bench, bench.client_token)
         for i, workflow_id in enumerate(ids):
             client.headers["Idempotency-Key"] = f"lat-{i}"
             client.post(f"/workflows/{workflow_id}/signals", _signal_body(f"o-{i}"))
             time.sleep(0.037)  # spread the sends over the scanner's sleep cycle
-        while bench.database.run(
-            lambda tx: tx.one(
-                "SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING' AND idempotency_key LIKE 'lat-%%'"
-            )
-        )["n"]:
+        while _pending(bench, "lat"):
             time.sleep(0.1)
         rows = bench.database.run(
             lambda tx: tx.all(
@@ -904,13 +874,24 @@ def _count(bench: Bench, sql: str, *params) -> int:
     return bench.database.read(lambda tx: tx.one(sql, params))["n"]
 
 
-def _waiting(bench: Bench, prefix: str) -> int:
-    return _count(
-        bench,
+def _waiting_workflows(bench: Bench, prefix: str, count: int) -> list[str]:
+    """`count` workflows `{prefix}-{i}` of one SIGNAL step (definition `wait`), started over HTTP;
+    their ids once the scanners running have opened every wait."""
+    client = Http(bench, bench.client_token)  # its own: the server closes a connection idle for 10 s
+    client.post("/definitions", {"name": "wait", "steps": [SIGNAL_DEFINITION["steps"][1]]})  # 200 once published
+    ids = [f"{prefix}-{i}" for i in range(count)]
+    for i, workflow_id in enumerate(ids):
+        body = {"definition": "wait", "version": 1, "input": {"order_id": f"o-{i}"}, "deadline_seconds": 86400}
+        client.post("/workflows", {**body, "workflow_id": workflow_id})
+    waiting = (
         "SELECT COUNT(*) AS n FROM waits w JOIN instances i ON i.id = w.instance_id "
-        "WHERE w.status = 'WAITING' AND i.workflow_id LIKE %s",
-        f"{prefix}-%",
+        "WHERE w.status = 'WAITING' AND i.workflow_id LIKE %s"
     )
+    deadline = time.monotonic() + 120
+    while _count(bench, waiting, f"{prefix}-%") < count:
+        assert time.monotonic() < deadline, "waits did not activate"
+        time.sleep(0.1)
+    return ids
 
 
 def _pending(bench: Bench, prefix: str) -> int:
@@ -927,23 +908,12 @@ def bench_consumption(
     consume them. Printed: the acceptance rate, the consumption rate (signals over the time from
     the first acceptance to the last consumption, database times) and the backlog of accepted,
     not yet consumed signals, sampled every 50 ms: its largest value and its value when sending ended."""
-    client = Http(bench, bench.client_token)
-    client.post("/definitions", {"name": "wait", "steps": [SIGNAL_DEFINITION["steps"][1]]})
     results = []
     for count in scanner_counts:
         prefix = f"con{count}-{int(time.time())}"
-        client = Http(bench, bench.client_token)  # the server closes a connection left idle for 10 s
-        ids = []
-        for i in range(signals):
-            ids.append(f"{prefix}-{i}")
-            body = {"definition": "wait", "version": 1, "input": {"order_id": f"o-{i}"}, "deadline_seconds": 86400}
-            client.post("/workflows", {**body, "workflow_id": ids[-1]})
         scanners = _scanners(bench, count)
         try:
-            deadline = time.monotonic() + 120
-            while _waiting(bench, prefix) < signals:
-                assert time.monotonic() < deadline, "waits did not activate"
-                time.sleep(0.1)
+            ids = _waiting_workflows(bench, prefix, signals)
             backlog: list[int] = []
             sending = threading.Event()
             sending.set()

@@ -19,56 +19,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from statistics import median
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench  # noqa: E402  (scripts/bench.py: the acceptance harness)
 
-from weave import auth, migrate  # noqa: E402
-from weave.db import Database, DatabaseUrl  # noqa: E402
-from weave.devdb import GaleraCluster, free_port  # noqa: E402
-from weave.sql import tenancy  # noqa: E402
+from weave.db import DatabaseUrl  # noqa: E402
+from weave.devdb import GaleraCluster  # noqa: E402
 
 CLIENTS = 8
 API_PROCESSES = 3
 SERVER_THREADS = 16
-
-
-def certification_refusals(cluster: GaleraCluster) -> int:
-    total = 0
-    for node in cluster.nodes:
-        rows = node.query(
-            "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')"
-        )
-        total += sum(int(value) for _, value in rows)
-    return total
-
-
-def prepare(url: DatabaseUrl) -> tuple[Database, str, int]:
-    migrate.ensure_database(url)
-    migrate.apply(url)
-    database = Database(url)
-    tenancy.create_namespace(database, bench.NS)
-    tenancy.create_queue(database, bench.NS, bench.QUEUE, bench.PERMITS)
-    tenancy.create_application(database, bench.NS, "app", None)
-    token = auth.new_token()
-    scopes = sorted(auth.SCOPES - {"tasks:work"})
-    tenancy.create_credential(
-        database, bench.NS, "app", "bench-client", scopes, [bench.QUEUE], auth.token_hash(token), None
-    )
-    namespace_id = tenancy.authenticate(database, auth.token_hash(token)).namespace_id
-    return database, token, namespace_id
-
-
-def serve(url: DatabaseUrl, port: int) -> subprocess.Popen:
-    env = {**os.environ, "WEAVE_DATABASE_URL": url.url()}
-    command = [sys.executable, "-m", "weave.cli", "serve", "--port", str(port), "--threads", str(SERVER_THREADS)]
-    return subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
 
 
 def accept(benches: list[bench.Bench], targets: list[str], signals: int, run: str) -> tuple[float, int]:
@@ -105,72 +71,60 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     results = []
-    with tempfile.TemporaryDirectory(prefix="weave-bench-cluster-") as folder:
+    with tempfile.TemporaryDirectory(prefix="weave-bench-cluster-") as folder, ExitStack() as stack:
         cluster = GaleraCluster(Path(folder), 3).start()
-        processes: list[subprocess.Popen] = []
-        try:
-            url = DatabaseUrl.parse(cluster.url("weave_bench"))
-            database, token, namespace_id = prepare(url)
-            topologies = {
-                "single writer (all API processes on node 0)": [url.on_host(0)] * API_PROCESSES,
-                "multi-primary (API process i on node i)": [url.on_host(i) for i in range(API_PROCESSES)],
-            }
-            ports = {name: [free_port() for _ in range(API_PROCESSES)] for name in topologies}
-            for name, urls in topologies.items():
-                processes += [serve(node_url, port) for node_url, port in zip(urls, ports[name])]
-            for port_list in ports.values():
-                for port in port_list:
-                    bench._wait_http(port)
-            benches = {
-                name: [
-                    bench.Bench(url, database, f"http://127.0.0.1:{port}", token, "", namespace_id, 0, 0)
-                    for port in port_list
-                ]
-                for name, port_list in ports.items()
-            }
-            first = next(iter(benches.values()))[0]
-            bench.Http(first, token).post("/definitions", bench.SIGNAL_DEFINITION)
-            print(
-                f"# weave bench-cluster — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, 3 Galera "
-                f"nodes, {API_PROCESSES} API processes, {CLIENTS} clients, load {bench._load()}",
-                flush=True,
-            )
-            run = 0
-            for shape, instances in (("200 instances", 200), ("one hot instance", 1)):
-                signals = args.signals if instances > 1 else min(args.signals, bench.HOT_INSTANCE_SIGNALS)
-                figures = {name: {"rates": [], "refusals": [], "unavailable": []} for name in topologies}
-                for _ in range(args.repeat):
-                    for name in topologies:
-                        run += 1
-                        targets = bench._start_signal_targets(first, f"r{run}", instances)
-                        before = certification_refusals(cluster)
-                        rate, unavailable = accept(benches[name], targets, signals, f"r{run}")
-                        figures[name]["rates"].append(rate)
-                        figures[name]["refusals"].append(certification_refusals(cluster) - before)
-                        figures[name]["unavailable"].append(unavailable)
-                for name, found in figures.items():
-                    row = {
-                        "label": f"signals accepted on Galera, {shape}, {name}",
-                        "signals_per_run": signals,
-                        "rate": round(median(found["rates"]), 1),
-                        "rates": [round(r, 1) for r in found["rates"]],
-                        "certification_refusals": found["refusals"],
-                        "refusals_per_1000_signals": round(1000 * sum(found["refusals"]) / (signals * args.repeat), 1),
-                        "answers_503": found["unavailable"],
-                    }
-                    print(
-                        f"  {row['label']:<95} {row['rate']:8.1f} sig/s  (runs {row['rates']})  certification "
-                        f"refusals {row['certification_refusals']} ({row['refusals_per_1000_signals']} per 1,000 "
-                        f"signals)  503s {row['answers_503']}",
-                        flush=True,
-                    )
-                    results.append(row)
-        finally:
-            for process in processes:
-                process.terminate()
-            for process in processes:
-                process.wait(30)
-            cluster.stop()
+        stack.callback(cluster.stop)
+        url = DatabaseUrl.parse(cluster.url("weave_bench"))
+        database, token, _, namespace_id = bench.prepared(url)
+        stack.callback(database.close)
+        topologies = {
+            "single writer (all API processes on node 0)": [url.on_host(0)] * API_PROCESSES,
+            "multi-primary (API process i on node i)": [url.on_host(i) for i in range(API_PROCESSES)],
+        }
+        benches = {}
+        for name, urls in topologies.items():
+            benches[name] = []
+            for node_url in urls:
+                env = {**os.environ, "WEAVE_DATABASE_URL": node_url.url()}
+                base, pid = stack.enter_context(bench._serving(env, SERVER_THREADS, 1))
+                benches[name].append(bench.Bench(url, database, base, token, "", namespace_id, pid, 0))
+        first = next(iter(benches.values()))[0]
+        bench.Http(first, token).post("/definitions", bench.SIGNAL_DEFINITION)
+        print(
+            f"# weave bench-cluster — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, 3 Galera "
+            f"nodes, {API_PROCESSES} API processes, {CLIENTS} clients, load {bench._load()}",
+            flush=True,
+        )
+        run = 0
+        for shape, instances in (("200 instances", 200), ("one hot instance", 1)):
+            signals = args.signals if instances > 1 else min(args.signals, bench.HOT_INSTANCE_SIGNALS)
+            figures = {name: {"rates": [], "refusals": [], "unavailable": []} for name in topologies}
+            for _ in range(args.repeat):
+                for name in topologies:
+                    run += 1
+                    targets = bench._start_signal_targets(first, f"r{run}", instances)
+                    before = cluster.certification_refusals()
+                    rate, unavailable = accept(benches[name], targets, signals, f"r{run}")
+                    figures[name]["rates"].append(rate)
+                    figures[name]["refusals"].append(cluster.certification_refusals() - before)
+                    figures[name]["unavailable"].append(unavailable)
+            for name, found in figures.items():
+                row = {
+                    "label": f"signals accepted on Galera, {shape}, {name}",
+                    "signals_per_run": signals,
+                    "rate": round(median(found["rates"]), 1),
+                    "rates": [round(r, 1) for r in found["rates"]],
+                    "certification_refusals": found["refusals"],
+                    "refusals_per_1000_signals": round(1000 * sum(found["refusals"]) / (signals * args.repeat), 1),
+                    "answers_503": found["unavailable"],
+                }
+                print(
+                    f"  {row['label']:<95} {row['rate']:8.1f} sig/s  (runs {row['rates']})  certification "
+                    f"refusals {row['certification_refusals']} ({row['refusals_per_1000_signals']} per 1,000 "
+                    f"signals)  503s {row['answers_503']}",
+                    flush=True,
+                )
+                results.append(row)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0

@@ -382,6 +382,12 @@ class GaleraCluster:
             time.sleep(0.2)
         raise RuntimeError(f"node{index} was not Synced within {SYNC_TIMEOUT_SECONDS}s:\n" + node._log_tail())
 
+    def certification_refusals(self) -> int:
+        """Transactions the nodes refused at certification, or aborted for a replicated one, so far:
+        each is a unit of work that Weave re-ran."""
+        query = "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')"
+        return sum(int(value) for node in self.nodes for _, value in node.query(query))
+
     def start_node(self, index: int) -> None:
         """Start a stopped or killed node again: it rejoins the running ones and catches up."""
         self._start_node(index)
