@@ -25,30 +25,23 @@ def _tables(url):
     return found
 
 
+SHIPPED = [
+    "0001.tenancy",
+    "0002.workflows",
+    "0003.pulse",
+    "0004.signals_minimal",
+    "0005.signal_identity",
+    "0006.workflow_listing",
+    "0007.audit_signal_id",
+    "0008.console_sessions",
+    "0009.instance_version",
+]
+
+
 def test_m1_migrations_apply_and_roll_back_on_an_empty_database(scratch_url):
-    assert migrate.pending(scratch_url) == [
-        "0001.tenancy",
-        "0002.workflows",
-        "0003.pulse",
-        "0004.signals_minimal",
-        "0005.signal_identity",
-        "0006.workflow_listing",
-        "0007.audit_signal_id",
-        "0008.console_sessions",
-        "0009.instance_version",
-    ]
+    assert migrate.pending(scratch_url) == SHIPPED
     applied = migrate.apply(scratch_url)
-    assert applied == [
-        "0001.tenancy",
-        "0002.workflows",
-        "0003.pulse",
-        "0004.signals_minimal",
-        "0005.signal_identity",
-        "0006.workflow_listing",
-        "0007.audit_signal_id",
-        "0008.console_sessions",
-        "0009.instance_version",
-    ]
+    assert applied == SHIPPED
     assert migrate.pending(scratch_url) == []
     assert {"namespaces", "instances", "signals", "waits", "tasks", "inbox_events"} <= _tables(scratch_url)
     rolled = migrate.rollback(scratch_url)
