@@ -75,10 +75,11 @@ def consume_inbox_event(tx: Tx, inbox_id: int) -> str | None:
     activation = activations.lock(tx, task["activation_id"])
     inbox.mark_consumed(tx, inbox_id)
     if task["kind"] == "QUERY":
-        _record_report(tx, instance, activation, _step(tx, instance, activation), event)
+        step = _step(tx, instance, activation)
+        _record_report(tx, instance, activation, step, event)
         if activation["status"] != "ACTIVE":
             return "RECORDED"  # later results do not reopen a settled or reviewed step (C2.7)
-        return look_at_poll(tx, instance, activation, _step(tx, instance, activation), SCANNER, inbox_path=True)
+        return look_at_poll(tx, instance, activation, step, SCANNER, inbox_path=True)
     if activation["status"] != "ACTIVE":
         # The step moved on without this task (deadline review, cancellation, recovery): keep the fact.
         events.append(
