@@ -601,18 +601,81 @@ def _http_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int
     return prepare, send
 
 
+def _acceptance_rows(workflow_id: str, key: str, digest: str, signal_id: int, now, deadline_at) -> tuple:
+    """What `send_signal` writes for the bench's signal, built the same way: the receipt's stored
+    rest, the event data and the audit details."""
+    from weave.times import rfc3339
+
+    body = _signal_body("o")
+    receipt_rest = jsontext.compact(
+        {
+            "workflow_id": workflow_id,
+            "status": "PENDING",
+            "disposition": None,
+            "accepted_at": rfc3339(now),
+            "expires_at": rfc3339(deadline_at),
+            "idempotency_key": key,
+            "request_digest": digest,
+        }
+    )[1:]
+    data = {
+        "signal_id": str(signal_id),
+        "name": body["name"],
+        "target_step_key": "payment",
+        "target_activation_sequence": 1,
+        "status": "PENDING",
+        "disposition": None,
+        "actor": "raw",
+    }
+    details = {
+        **data,
+        "idempotency_key": key,
+        "accepted_at": rfc3339(now),
+        "instance_deadline_at": rfc3339(deadline_at),
+    }
+    return receipt_rest, jsontext.compact(data), jsontext.compact(details)
+
+
+def _signal_row(instance_id: int, key: str, digest: str, now, deadline_at, receipt_rest: str) -> tuple:
+    body = _signal_body("o")
+    payload_text = jsontext.compact(body["payload"])
+    return (
+        instance_id,
+        body["name"],
+        "v1",
+        "payment",
+        1,
+        b"o",
+        payload_text,
+        jsontext.sha256_text(payload_text),
+        1,
+        body["reason"],
+        None,
+        "raw",
+        1,
+        key,
+        digest,
+        "PENDING",
+        None,
+        now,
+        deadline_at,
+        now,
+        None,
+        now,
+        receipt_rest,
+    )
+
+
 def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list):
-    """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal,
+    """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal, in
+    the same round trips (`weave.db.Tx` sends queued writes with the next statement or COMMIT),
     writing the same rows with the same contents (receipt, event data, audit details); without
     authentication, HTTP, JSON parsing, schema validation or the contract check."""
     from weave.sql import audit as audit_sql
     from weave.sql import events as event_sql
     from weave.sql import signals as sig_sql
-    from weave.times import rfc3339
 
     body = _signal_body("o")
-    fields = {k: v for k, v in body.items() if k != "payload"}
-    payload_text = jsontext.compact(body["payload"])
     connections: dict[int, object] = {}
 
     def send_one(cur, workflow_id: str, key: str) -> float:
@@ -620,82 +683,37 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
         digest = jsontext.digest(body)
         cur.execute(sig_sql.SELECT_TARGET_INSTANCE_AND_KEY, (key, bench.namespace_id, workflow_id))
         instance_id = cur.fetchone()["id"]
-        cur.execute(sig_sql.LOCK_QUEUES_SHARED, (bench.namespace_id, (QUEUE,)))
-        cur.execute(sig_sql.LOCK_INSTANCE, (instance_id,))
+        facts = {"instance": instance_id, "key": key, "step": "payment"}
+        cur.execute(
+            ";\n".join(
+                (
+                    cur.mogrify(sig_sql.LOCK_QUEUES_SHARED, (bench.namespace_id, (QUEUE,))),
+                    cur.mogrify(instance_sql.MARK_DECIDING, (instance_id,)),
+                    cur.mogrify(sig_sql.FACTS_UNDER_LOCK, facts),
+                )
+            )
+        )
+        cur.nextset()
+        cur.nextset()
         instance = cur.fetchone()
-        cur.execute(instance_sql.MARK_DECIDING, (instance_id,))
-        cur.execute(sig_sql.FACTS_UNDER_LOCK, {"instance": instance_id, "key": key, "step": "payment"})
-        now = cur.fetchone()["now"]
-        receipt_rest = jsontext.compact(
-            {
-                "workflow_id": workflow_id,
-                "status": "PENDING",
-                "disposition": None,
-                "accepted_at": rfc3339(now),
-                "expires_at": rfc3339(instance["deadline_at"]),
-                "idempotency_key": key,
-                "request_digest": digest,
-            }
-        )[1:]
+        now, deadline_at = instance["now"], instance["deadline_at"]
+        receipt_rest = _acceptance_rows(workflow_id, key, digest, 0, now, deadline_at)[0]
+        cur.execute(sig_sql.INSERT_SIGNAL, _signal_row(instance_id, key, digest, now, deadline_at, receipt_rest))
+        signal_id = cur.lastrowid
+        _, data, details = _acceptance_rows(workflow_id, key, digest, signal_id, now, deadline_at)
+        audit_row = (bench.namespace_id, instance_id, signal_id, 1, "raw", "signal.send", digest, now, details)
         cur.execute(
-            sig_sql.INSERT_SIGNAL,
-            (
-                instance_id,
-                body["name"],
-                "v1",
-                "payment",
-                1,
-                b"o",
-                payload_text,
-                jsontext.sha256_text(payload_text),
-                1,
-                body["reason"],
-                None,
-                "raw",
-                1,
-                key,
-                digest,
-                "PENDING",
-                None,
-                now,
-                instance["deadline_at"],
-                now,
-                None,
-                now,
-                receipt_rest,
-            ),
+            ";\n".join(
+                (
+                    cur.mogrify(instance_sql.COUNT_STORED_SIGNAL, (instance_id,)),
+                    cur.mogrify(event_sql.APPEND_EVENT, (instance_id, "SIGNAL_ACCEPTED", now, data, instance_id)),
+                    cur.mogrify(audit_sql.INSERT_AUDIT, audit_row),
+                    "COMMIT",
+                )
+            )
         )
-        data = {
-            "signal_id": str(cur.lastrowid),
-            "name": fields["name"],
-            "target_step_key": "payment",
-            "target_activation_sequence": 1,
-            "status": "PENDING",
-            "disposition": None,
-            "actor": "raw",
-        }
-        cur.execute(event_sql.APPEND_EVENT, (instance_id, "SIGNAL_ACCEPTED", now, jsontext.compact(data), instance_id))
-        details = {
-            **data,
-            "idempotency_key": key,
-            "accepted_at": rfc3339(now),
-            "instance_deadline_at": rfc3339(instance["deadline_at"]),
-        }
-        cur.execute(
-            audit_sql.INSERT_AUDIT,
-            (
-                bench.namespace_id,
-                instance_id,
-                int(data["signal_id"]),
-                1,
-                "raw",
-                "signal.send",
-                digest,
-                now,
-                jsontext.compact(details),
-            ),
-        )
-        cur.connection.commit()
+        while cur.nextset():
+            pass
         return time.perf_counter() - started
 
     def prepare(i):
@@ -709,6 +727,102 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
             latencies.append(send_one(cur, targets[(i * per_client + n) % len(targets)], f"raw-c{i}-{n}"))
         connections[i].close()
 
+    return prepare, send
+
+
+# The lean floor (issue 17, target 1): the durable work of accepting one signal as the issue
+# defines it, and nothing else, on tables with only the indexes that work needs. Seven statements,
+# one per round trip as a plain PyMySQL program sends them: lock the instance (by its workflow id),
+# look the key up, insert the signal, a checkpoint (due now, found by its due-time index), the
+# event, the audit record and the receipt (its own table: the signal row leaves it NULL); commit.
+# Its tables have Weave's columns (the same row sizes), made with CREATE TABLE … LIKE.
+FLOOR_TABLES = (
+    """CREATE TABLE IF NOT EXISTS floor_instances (
+         id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT, namespace_id BIGINT UNSIGNED NOT NULL,
+         workflow_id VARCHAR(128) NOT NULL, deadline_at DATETIME(6) NOT NULL,
+         PRIMARY KEY (id), UNIQUE KEY uq_floor_instances (namespace_id, workflow_id)
+       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
+    """CREATE TABLE IF NOT EXISTS floor_receipts (
+         signal_id BIGINT UNSIGNED NOT NULL, body TEXT NOT NULL, PRIMARY KEY (signal_id)
+       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
+    "CREATE TABLE IF NOT EXISTS floor_signals LIKE signals",
+    "CREATE TABLE IF NOT EXISTS floor_checkpoints LIKE checkpoints",
+    "CREATE TABLE IF NOT EXISTS floor_events LIKE events",
+    "CREATE TABLE IF NOT EXISTS floor_audit LIKE audit_records",
+)
+FLOOR_INSTANCE = "INSERT INTO floor_instances (namespace_id, workflow_id, deadline_at) VALUES (%s, %s, %s)"
+FLOOR_INDEXES_KEPT = {
+    "floor_signals": {"PRIMARY", "uq_signals_idempotency"},
+    "floor_checkpoints": {"PRIMARY", "ix_checkpoints_available"},
+    "floor_audit": {"PRIMARY"},
+}
+
+
+def _floor_tables(bench: Bench) -> None:
+    def create(tx):
+        for statement in FLOOR_TABLES:
+            tx.execute(statement)
+        for table, kept in FLOOR_INDEXES_KEPT.items():
+            for name in {row["Key_name"] for row in tx.all("SHOW INDEX FROM " + table)} - kept:
+                tx.execute(f"ALTER TABLE {table} DROP INDEX {name}")
+
+    bench.database.run(create)
+
+
+def _floor_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list):
+    """The lean floor (FLOOR_TABLES): one transaction of 7 statements per signal."""
+    from weave.sql import audit as audit_sql
+    from weave.sql import checkpoints as checkpoint_sql
+    from weave.sql import events as event_sql
+    from weave.sql import signals as sig_sql
+
+    body = _signal_body("o")
+    deadline = "2099-01-01 00:00:00"
+    lock = "SELECT id, deadline_at, UTC_TIMESTAMP(6) AS now FROM floor_instances WHERE namespace_id = %s AND workflow_id = %s FOR UPDATE"
+    lookup = "SELECT receipt FROM floor_signals WHERE instance_id = %s AND idempotency_key = %s"
+    insert_signal = sig_sql.INSERT_SIGNAL.replace("INSERT INTO signals", "INSERT INTO floor_signals")
+    insert_checkpoint = checkpoint_sql.INSERT_CHECKPOINT.replace(
+        "INSERT INTO checkpoints", "INSERT INTO floor_checkpoints"
+    )
+    insert_receipt = "INSERT INTO floor_receipts (signal_id, body) VALUES (%s, %s)"
+    append_event = event_sql.APPEND_EVENT.replace("events", "floor_events")
+    insert_audit = audit_sql.INSERT_AUDIT.replace("INSERT INTO audit_records", "INSERT INTO floor_audit")
+    connections: dict[int, object] = {}
+
+    def send_one(cur, workflow_id: str, key: str) -> float:
+        started = time.perf_counter()
+        digest = jsontext.digest(body)
+        cur.execute(lock, (bench.namespace_id, workflow_id))
+        instance = cur.fetchone()
+        instance_id, now, deadline_at = instance["id"], instance["now"], instance["deadline_at"]
+        cur.execute(lookup, (instance_id, key))
+        assert cur.fetchone() is None
+        cur.execute(insert_signal, _signal_row(instance_id, key, digest, now, deadline_at, None))
+        signal_id = cur.lastrowid
+        receipt_rest, data, details = _acceptance_rows(workflow_id, key, digest, signal_id, now, deadline_at)
+        cur.execute(insert_checkpoint, (instance_id, "WAIT", 1, now, now, now))
+        cur.execute(append_event, (instance_id, "SIGNAL_ACCEPTED", now, data, instance_id))
+        cur.execute(
+            insert_audit, (bench.namespace_id, instance_id, signal_id, 1, "raw", "signal.send", digest, now, details)
+        )
+        cur.execute(insert_receipt, (signal_id, '{"signal_id":"%d",%s' % (signal_id, receipt_rest)))
+        cur.connection.commit()
+        return time.perf_counter() - started
+
+    def prepare(i):
+        connections[i] = connect(bench.url)
+        for n in range(WARM_UP_SIGNALS):
+            send_one(connections[i].cursor(), warm_up, f"floor-warm-c{i}-{n}")
+
+    def send(i):
+        cur = connections[i].cursor()
+        for n in range(per_client):
+            latencies.append(send_one(cur, targets[(i * per_client + n) % len(targets)], f"floor-c{i}-{n}"))
+        connections[i].close()
+
+    # The floor's own instances, untimed (every run's workflow ids are fresh).
+    rows = [(bench.namespace_id, workflow_id, deadline) for workflow_id in (*targets, warm_up)]
+    bench.database.run(lambda tx: tx.executemany(FLOOR_INSTANCE, rows))
     return prepare, send
 
 
@@ -732,22 +846,26 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
     Weave and its baseline run `repeat` times in alternation, each first in every other pair;
     rates are medians, the ratio is the median of the ratios of the pairs (each pair shares the
     machine's conditions of the moment). The baseline is the raw PyMySQL sender, or with
-    `--against REF` the same HTTP load on REF's `weave serve` (`bench.reference`).
+    `--against REF` the same HTTP load on REF's `weave serve` (`bench.reference`). Without
+    `--against`, the lean floor (`_floor_sender`) runs in each pair too: the database CPU per
+    signal of Weave is printed beside the floor's, with their ratio (target 1 of issue 17).
     """
     Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)
     reference = bench.reference
-    contenders = (("weave", bench, _http_sender), ("baseline", bench, _raw_sender))
+    contenders = (("weave", bench, _http_sender), ("baseline", bench, _raw_sender), ("floor", bench, _floor_sender))
     if reference is not None:
         contenders = (("weave", bench, _http_sender), ("baseline", reference, _http_sender))
+    else:
+        _floor_tables(bench)
     results = []
     run = 0
     for shape in ("many instances", "one hot instance"):
         for clients in (1, 8, 32):
             signals = per_run if shape == "many instances" else min(per_run, HOT_INSTANCE_SIGNALS)
             per_client = max(1, signals // clients)
-            rates: dict[str, list[float]] = {"weave": [], "baseline": []}
-            latencies: dict[str, list[float]] = {"weave": [], "baseline": []}
-            cpu: dict[str, list[list[float]]] = {"weave": [], "baseline": []}
+            rates: dict[str, list[float]] = {name: [] for name, _, _ in contenders}
+            latencies: dict[str, list[float]] = {name: [] for name, _, _ in contenders}
+            cpu: dict[str, list[list[float]]] = {name: [] for name, _, _ in contenders}
             for pair in range(repeat):
                 for name, target, sender in contenders[:: 1 if pair % 2 == 0 else -1]:
                     run += 1
@@ -770,6 +888,14 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
                 % (*mean_cpu["weave"], baseline_server, mean_cpu["baseline"][1], mean_cpu["baseline"][2])
                 + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
             )
+            if "floor" in cpu:
+                floor_db = mean_cpu["floor"][2]
+                db_over_floor = mean_cpu["weave"][2] / floor_db if floor_db else float("nan")  # tiny runs: 0 ticks
+                extra += "   floor %.1f sig/s, db CPU %.2f ms/signal: weave/floor %.2f" % (
+                    median(rates["floor"]),
+                    floor_db,
+                    db_over_floor,
+                )
             row = report(
                 f"signals accepted, {shape}, {clients} client(s)",
                 median(rates["weave"]),
@@ -784,6 +910,9 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
             row["run_ratios"] = [round(r, 3) for r in ratios]
             row["p50_ms"], row["p99_ms"] = round(tails["weave"][0], 1), round(tails["weave"][1], 1)
             row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in mean_cpu.items()}
+            if "floor" in cpu:
+                row["floor"] = round(median(rates["floor"]), 1)
+                row["db_cpu_weave_over_floor"] = round(db_over_floor, 3)
             results.append(row)
     rss = _rss_kib(bench.server_pid)
     print(f"server RSS after the signal runs: {rss / 1024:.1f} MiB", flush=True)

@@ -25,7 +25,8 @@ def record(
     credential_id: int | None = None,
     request_digest: str | None = None,
 ) -> None:
-    tx.execute(
+    """Queued: the record is sent with the unit's next statement or its COMMIT."""
+    tx.later(
         INSERT_AUDIT,
         (
             namespace_id,

@@ -17,14 +17,14 @@ VALUES (%s, %s, %s, %s, %s, 0, %s)
 """
 
 
-def schedule_root(tx: Tx, instance_id: int, due_at: datetime) -> int:
-    """Ask the scanner to advance the instance at `due_at`."""
-    return tx.insert(INSERT_CHECKPOINT, (instance_id, "ROOT", None, due_at, due_at, tx.now()))
+def schedule_root(tx: Tx, instance_id: int, due_at: datetime) -> None:
+    """Ask the scanner to advance the instance at `due_at` (queued, like every write nothing reads back)."""
+    tx.later(INSERT_CHECKPOINT, (instance_id, "ROOT", None, due_at, due_at, tx.now()))
 
 
-def schedule_wait(tx: Tx, instance_id: int, wait_id: int, due_at: datetime) -> int:
-    """Ask the scanner to look at one wait at `due_at` (its signals, or its deadline)."""
-    return tx.insert(INSERT_CHECKPOINT, (instance_id, "WAIT", wait_id, due_at, due_at, tx.now()))
+def schedule_wait(tx: Tx, instance_id: int, wait_id: int, due_at: datetime) -> None:
+    """Ask the scanner to look at one wait at `due_at` (its signals, or its deadline); queued."""
+    tx.later(INSERT_CHECKPOINT, (instance_id, "WAIT", wait_id, due_at, due_at, tx.now()))
 
 
 DUE_CHECKPOINTS = """

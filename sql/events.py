@@ -15,8 +15,9 @@ SELECT %s, COALESCE(MAX(seq), 0) + 1, %s, %s, %s FROM events WHERE instance_id =
 
 
 def append(tx: Tx, instance_id: int, event_type: str, data: dict) -> None:
-    """Append one event to the history of the locked instance: seq has no gaps and no twins."""
-    tx.execute(APPEND_EVENT, (instance_id, event_type, tx.now(), jsontext.compact(data), instance_id))
+    """Append one event to the history of the locked instance: seq has no gaps and no twins.
+    Queued: it is sent with the unit's next statement or its COMMIT."""
+    tx.later(APPEND_EVENT, (instance_id, event_type, tx.now(), jsontext.compact(data), instance_id))
 
 
 SELECT_EVENTS_PAGE = """

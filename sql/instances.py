@@ -294,7 +294,7 @@ def context(tx: Tx, instance_id: int, workflow_id: str, input_text: str, value: 
 # Subqueries in the select list are read, not locked (MySQL and MariaDB alike): only the instance
 # row is locked, never the definition or application rows that many instances share.
 LOCK_INSTANCE = """
-SELECT i.id, i.namespace_id, i.workflow_id, i.definition_id, i.application_id, i.input, i.status, i.gate,
+SELECT UTC_TIMESTAMP(6) AS now, i.id, i.namespace_id, i.workflow_id, i.definition_id, i.application_id, i.input, i.status, i.gate,
        i.review_reason, i.deadline_at,
        (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest,
        (SELECT a.status FROM applications a WHERE a.id = i.application_id) AS application_status
@@ -314,18 +314,30 @@ WHERE id = %s AND status = %s AND gate = %s
 MARK_DECIDING = "UPDATE instances SET version = version + 1 WHERE id = %s"
 
 
-def lock(tx: Tx, instance_id: int) -> dict:
-    """Lock the instance row and mark it (`mark_deciding`); the result also carries its definition
-    digest and application status."""
+def lock(tx: Tx, instance_id: int) -> dict | None:
+    """Lock the instance row and mark it (`mark_deciding`), in one round trip that also reads the
+    transaction's time, after the lock is held (I5); the result also carries its definition digest
+    and application status. None when there is no such instance."""
+    mark_deciding(tx, instance_id)
     instance = tx.one(LOCK_INSTANCE, (instance_id,))
     if instance is not None:
-        mark_deciding(tx, instance_id)
+        tx.now_read_with(instance.pop("now"))
     return instance
 
 
 def mark_deciding(tx: Tx, instance_id: int) -> None:
-    """Write the locked instance's row (its `version`): every unit that locks an instance calls it."""
-    tx.execute(MARK_DECIDING, (instance_id,))
+    """Write the instance's row (its `version`), which takes its lock: every unit that locks an
+    instance calls it. Queued: it is sent with the unit's next statement, which then runs under
+    the lock."""
+    tx.later(MARK_DECIDING, (instance_id,))
+
+
+COUNT_STORED_SIGNAL = "UPDATE instances SET signals_stored = signals_stored + 1 WHERE id = %s"
+
+
+def count_stored_signal(tx: Tx, instance_id: int) -> None:
+    """The locked instance holds one signal more (`signals_stored`, the S1.6 limit); queued."""
+    tx.transition(COUNT_STORED_SIGNAL, (instance_id,), f"count a signal of instance {instance_id}")
 
 
 def move(tx: Tx, instance: dict, status: str, gate: str, review_reason: str | None) -> dict:

@@ -100,23 +100,23 @@ SELECT id AS signal_id, request_digest, receipt FROM signals WHERE instance_id =
 LOCK_QUEUES_SHARED = """
 SELECT id FROM queues WHERE namespace_id = %s AND name IN %s ORDER BY name LOCK IN SHARE MODE
 """
-# Acceptance needs only these of the instance; the full `instances.lock` reads more than it uses.
-LOCK_INSTANCE = "SELECT id, namespace_id, workflow_id, status, deadline_at FROM instances WHERE id = %s FOR UPDATE"
 # Everything acceptance needs to know once the instance is locked, in one round trip: the
-# database time (read by this statement, which starts after the lock is held: I5), how many signals
-# are stored, whether a twin with our key committed first, and the target's latest activation with
-# its wait (NULLs before the first activation).
+# instance, the database time (read by this statement, which runs after the lock is held: I5), how
+# many signals it holds (its stored count), whether a twin with our key committed first, and the target's latest
+# activation with its wait (NULLs before the first activation). The lock is taken by the write that
+# is sent just before it in the same round trip (`instances.mark_deciding`).
 FACTS_UNDER_LOCK = """
-SELECT UTC_TIMESTAMP(6) AS now,
-       (SELECT COUNT(*) FROM signals WHERE instance_id = %(instance)s) AS stored,
-       (SELECT COUNT(*) FROM signals WHERE instance_id = %(instance)s AND idempotency_key = %(key)s) AS twin,
+SELECT UTC_TIMESTAMP(6) AS now, i.id, i.namespace_id, i.workflow_id, i.status, i.deadline_at,
+       i.signals_stored AS stored,
+       (SELECT COUNT(*) FROM signals WHERE instance_id = i.id AND idempotency_key = %(key)s) AS twin,
        a.activation_sequence, a.status AS activation_status, w.id AS wait_id, w.status AS wait_status,
-       w.deadline_at, w.correlation, w.winner_signal_id
-FROM (SELECT 1 AS one) AS anchor
+       w.deadline_at AS wait_deadline_at, w.correlation, w.winner_signal_id
+FROM instances i
 LEFT JOIN step_activations a ON a.id = (
-    SELECT id FROM step_activations WHERE instance_id = %(instance)s AND step_key = %(step)s
+    SELECT id FROM step_activations WHERE instance_id = i.id AND step_key = %(step)s
     ORDER BY activation_sequence DESC LIMIT 1)
 LEFT JOIN waits w ON w.activation_id = a.id
+WHERE i.id = %(instance)s
 """
 INSERT_SIGNAL = """
 INSERT INTO signals (instance_id, name, payload_version, target_step_key, target_activation_sequence, correlation,
@@ -135,14 +135,14 @@ def _replay(existing: dict, request: SignalRequest) -> Receipt:
     return Receipt(_receipt_text(existing["signal_id"], existing["receipt"]), replayed=True)
 
 
-def _target_facts(tx: Tx, instance: dict, request: SignalRequest, known: dict) -> rules.TargetFacts:
+def _target_facts(tx: Tx, request: SignalRequest, known: dict) -> rules.TargetFacts:
     return rules.TargetFacts(
-        instance_status=instance["status"],
+        instance_status=known["status"],
         target_sequence=request.fields["target_activation_sequence"],
         current_sequence=known["activation_sequence"],
         activation_status=known["activation_status"],
         wait_status=known["wait_status"],
-        wait_deadline=known["deadline_at"],
+        wait_deadline=known["wait_deadline_at"],
         wait_correlation=known["correlation"],
         wait_won_by_query=known["wait_status"] == "SATISFIED" and known["winner_signal_id"] is None,
         correlation=request.correlation,
@@ -161,21 +161,21 @@ def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalR
         errors = [{"pointer": p.pointer, "message": p.message} for p in problems]
         raise WeaveError(Code.CONTRACT_MISMATCH, f"{errors[0]['pointer']}: {errors[0]['message']}", errors)
 
+    # One round trip: the queues, then the instance (locked by its mark), then the facts.
     if queues:
-        tx.all(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
-    instance = tx.one(LOCK_INSTANCE, (unlocked["id"],))
-    instances.mark_deciding(tx, instance["id"])
+        tx.later(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
+    instances.mark_deciding(tx, unlocked["id"])
     known = tx.one(
         FACTS_UNDER_LOCK,
-        {"instance": instance["id"], "key": request.idempotency_key, "step": request.fields["target_step_key"]},
+        {"instance": unlocked["id"], "key": request.idempotency_key, "step": request.fields["target_step_key"]},
     )
     if known["twin"]:  # a concurrent twin committed first
-        return _replay(tx.one(SELECT_BY_IDEMPOTENCY_KEY, (instance["id"], request.idempotency_key)), request)
+        return _replay(tx.one(SELECT_BY_IDEMPOTENCY_KEY, (known["id"], request.idempotency_key)), request)
     if known["stored"] >= SIGNALS_PER_INSTANCE:
         raise WeaveError(
             Code.SIGNAL_LIMIT_REACHED, f"workflow {workflow_id!r} already holds {SIGNALS_PER_INSTANCE} signals"
         )
-    facts = _target_facts(tx, instance, request, known)
+    facts = _target_facts(tx, request, known)
     decision = rules.accept(facts)
     if decision.status == rules.ACTIVATION_NOT_FOUND:
         raise WeaveError(
@@ -183,7 +183,7 @@ def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalR
             f"step {request.fields['target_step_key']!r} has no activation "
             f"{request.fields['target_activation_sequence']}",
         )
-    return _accept(tx, principal, instance, request, facts.accepted_at, decision, known["wait_id"])
+    return _accept(tx, principal, known, request, facts.accepted_at, decision, known["wait_id"])
 
 
 def _accept(
@@ -236,6 +236,7 @@ def _accept(
             receipt_rest,
         ),
     )
+    instances.count_stored_signal(tx, instance["id"])
     if decision.wakes_wait:
         checkpoints.schedule_wait(tx, instance["id"], wait_id, now)
     data = {

@@ -102,8 +102,9 @@ class FaultProxy:
             self.counts["stalls"] += 1
 
     def lose_reply_to(self, statement: bytes) -> None:
-        """Cut the connection that next sends exactly `statement` (a COM_QUERY), once the server has
-        answered it: e.g. b"COMMIT" for a commit whose acknowledgement never arrives."""
+        """Cut the connection that next sends a COM_QUERY whose last statement is `statement`, once
+        the server has answered it: e.g. b"COMMIT" for a commit whose acknowledgement never arrives
+        (Weave sends a unit's queued writes and its COMMIT as one multi-statement query)."""
         with self._lock:
             self._lose_reply_to.append(statement)
 
@@ -161,8 +162,8 @@ class FaultProxy:
         with self._lock:
             self.counts["messages"] += 1
             cut = CUT_KINDS[self._rng.randrange(3)] if self._rng.random() < self.cut_rate else None
-            # A COM_QUERY packet: 3 bytes of length, 1 of sequence, 0x03, the statement.
-            if self._lose_reply_to and data[4:5] == b"\x03" and data[5:] == self._lose_reply_to[0]:
+            # A COM_QUERY packet: 3 bytes of length, 1 of sequence, 0x03, the statements.
+            if self._lose_reply_to and data[4:5] == b"\x03" and _last_statement(data[5:]) == self._lose_reply_to[0]:
                 self._lose_reply_to.pop(0)
                 cut = "reply_lost"
             delay = self._rng.uniform(0, self.max_delay) if self._rng.random() < self.delay_rate else 0.0
@@ -212,3 +213,8 @@ class FaultProxy:
         link.cut()
         with self._lock:
             self._links.discard(link)
+
+
+def _last_statement(query: bytes) -> bytes:
+    """The last of the statements of a (multi-statement) query, as Weave joins them (`weave.db.Tx`)."""
+    return query.rsplit(b";\n", 1)[-1]

@@ -369,7 +369,7 @@ def weave_serve(url, *flags: str, soft_file_limit: int | None = None, stderr=sub
 
 def use_real_time(database: Database, clock: ControlledClock) -> None:
     """Scanner processes read the database clock: make the test's clock agree with it."""
-    clock.set(database.run(lambda tx: DatabaseClock().now(tx.cursor)))
+    clock.set(database.run(lambda tx: DatabaseClock().now(tx)))
 
 
 def scanner_process(config, *extra) -> subprocess.Popen:

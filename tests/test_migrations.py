@@ -35,6 +35,7 @@ SHIPPED = [
     "0007.audit_signal_id",
     "0008.console_sessions",
     "0009.instance_version",
+    "0010.instance_signal_count",
 ]
 
 

@@ -237,15 +237,20 @@ def test_s1_5_thirty_two_concurrent_duplicates_make_exactly_one_signal(wf):
 def test_s1_6_the_1024th_signal_is_accepted_the_1025th_refused_replays_still_answer(wf, database, clock):
     first = wf.send("order-1", "k-first", payment())
     instance_id = wf.rows("SELECT id FROM instances")[0]["id"]
-    # 1022 more stored signals, written directly: the limit counts rows, rejected and settled included.
-    database.run(
-        lambda tx: tx.executemany(
+
+    # 1022 more stored signals, written directly with the instance's count of them (as acceptance
+    # keeps it): the limit counts every signal, rejected and settled included.
+    def store_1022(tx):
+        tx.executemany(
             "INSERT INTO signals (instance_id, name, correlation, payload, status, disposition, accepted_at, created_at,"
             " idempotency_key) VALUES (%s, 'payment.settled', 'o-1', '{}', 'REJECTED', 'STEP_SETTLED', %s, %s, %s)",
             [(instance_id, clock.now(), clock.now(), f"bulk-{i}") for i in range(1022)],
         )
-    )
+        tx.execute("UPDATE instances SET signals_stored = signals_stored + 1022 WHERE id = %s", (instance_id,))
+
+    database.run(store_1022)
     assert count(wf, "signals") == 1023
+    assert wf.rows("SELECT signals_stored FROM instances")[0]["signals_stored"] == 1023
     last = wf.send("order-1", "k-1024", payment())
     assert last.status_code == 201
     over = wf.send("order-1", "k-1025", payment())
@@ -253,6 +258,7 @@ def test_s1_6_the_1024th_signal_is_accepted_the_1025th_refused_replays_still_ans
     assert wf.send("order-1", "k-first", payment()).content == first.content
     assert wf.send("order-1", "k-1024", payment()).content == last.content
     assert count(wf, "signals") == 1024
+    assert wf.rows("SELECT signals_stored FROM instances")[0]["signals_stored"] == 1024
 
 
 # ---- S1.7: frozen receipt, current state ------------------------------------------------------------------

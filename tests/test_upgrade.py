@@ -322,3 +322,41 @@ def roll_back(url, migration_id: str) -> None:
             backend.rollback_migrations(todo.filter(lambda m: m.id == migration_id))
     finally:
         backend.connection.close()
+
+
+def test_s1_6_the_signal_count_migration_counts_the_signals_stored_before_it(scratch_database):
+    """0010: instances get `signals_stored`, filled from their rows; the fill can run again (a
+    crash before yoyo records the migration) and gives the same counts; acceptance goes on from it."""
+    url = scratch_database("signal_count")
+    migrate.ensure_database(url)
+    migrate.apply(url)
+    database = Database(url)
+    try:
+        tenant = make_tenant(database, "acme", {"inventory": 4, "carrier": 2})
+        flow = Flow(falcon.testing.TestClient(create_app(Config(url.yoyo_url()), database)), tenant, database)
+        flow.publish(signal_flow_definition())
+        for workflow_id, sends in (("order-1", 3), ("order-2", 1), ("order-3", 0)):
+            flow.start(workflow_id, input={"order_id": workflow_id})
+            for i in range(sends):
+                assert flow.send(workflow_id, f"k-{i}", payment()).status_code == 201
+
+        roll_back(url, "0010.instance_signal_count")
+        assert migrate.apply(url) == ["0010.instance_signal_count"]
+        stored = "SELECT workflow_id, signals_stored FROM instances ORDER BY workflow_id"
+        expected = [
+            {"workflow_id": "order-1", "signals_stored": 3},
+            {"workflow_id": "order-2", "signals_stored": 1},
+            {"workflow_id": "order-3", "signals_stored": 0},
+        ]
+        assert flow.rows(stored) == expected
+        conn = connect(url)  # as if the process died before yoyo recorded the migration
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM _yoyo_migration WHERE migration_id = '0010.instance_signal_count'")
+        conn.commit()
+        conn.close()
+        assert migrate.apply(url) == ["0010.instance_signal_count"]
+        assert flow.rows(stored) == expected
+        assert flow.send("order-3", "k-0", payment()).status_code == 201
+        assert flow.rows(stored)[2]["signals_stored"] == 1
+    finally:
+        database.close()

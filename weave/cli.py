@@ -32,9 +32,9 @@ from weave.config import (
     max_body_bytes_from_env,
     max_waiting_claims_from_env,
 )
-from weave.db import Database, DatabaseError, DatabaseUrl
+from weave.db import DEFAULT_POOL_SIZE, Database, DatabaseError, DatabaseUrl
 from weave.errors import Code, WeaveError
-from weave.scanner import IDLE_SECONDS, Scanner, backlog
+from weave.scanner import IDLE_SECONDS, THREADS, Scanner, backlog
 from weave.sql import definitions, tenancy
 
 log = logging.getLogger("weave.cli")
@@ -140,6 +140,7 @@ def _integer(low: int, high: int, unit: str = ""):
 _positive = _integer(1, 2**31 - 1)  # serve's counts and sizes: their real limits are the machine's
 _non_negative = _integer(0, 2**31 - 1)
 _port = _integer(0, 65535)  # 0: the system picks a free port
+_scan_threads = _integer(1, DEFAULT_POOL_SIZE)  # each holds one of the pool's connections
 # Fewer than 3 Galera nodes cannot tell a dead peer from a cut network: none would keep a quorum.
 _cluster_size = _integer(3, 9, " nodes")
 _credential_id = _integer(1, MAX_ID)
@@ -247,7 +248,7 @@ def _stop_on_signals() -> threading.Event:
 
 def cmd_scan(args) -> int:
     database = Database(args.database_url)
-    scanner = Scanner(database, idle_seconds=args.idle_seconds)
+    scanner = Scanner(database, idle_seconds=args.idle_seconds, threads=args.threads)
     if args.once:
         print(scanner.run_once().line())
         return 0
@@ -446,6 +447,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_idle_seconds,
         default=IDLE_SECONDS,
         help="the longest sleep between batches, once idle (shorter while work keeps arriving)",
+    )
+    p.add_argument(
+        "--threads",
+        type=_scan_threads,
+        default=THREADS,
+        help=f"candidates processed at once (default: {THREADS}); their commits share the log flushes",
     )
     p.add_argument(
         "--metrics-port", type=_port, default=None, help="serve Prometheus metrics on this port (default: none)"

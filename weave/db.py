@@ -250,7 +250,8 @@ def _connect_to(url: DatabaseUrl, host: str, port: int, database: bool, autocomm
         charset="utf8mb4",
         autocommit=autocommit,
         # Matched rows, not changed rows: a guarded UPDATE that sets a value to itself still counts.
-        client_flag=CLIENT.FOUND_ROWS,
+        # Several statements per round trip: `Tx.later` sends queued writes with the next statement.
+        client_flag=CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS,
         cursorclass=pymysql.cursors.DictCursor,
         connect_timeout=CONNECT_TIMEOUT_SECONDS,
         read_timeout=READ_TIMEOUT_SECONDS,
@@ -299,9 +300,8 @@ def _join_cluster_session(cur, read_only: bool) -> None:
 class DatabaseClock:
     """Production time: the database's UTC clock, so every node agrees (I5)."""
 
-    def now(self, cursor) -> datetime:
-        cursor.execute("SELECT UTC_TIMESTAMP(6) AS now")
-        return cursor.fetchone()["now"]
+    def now(self, tx: "Tx") -> datetime:
+        return tx.one("SELECT UTC_TIMESTAMP(6) AS now")["now"]
 
 
 class ControlledClock:
@@ -311,7 +311,7 @@ class ControlledClock:
         self._now = start
         self._lock = threading.Lock()
 
-    def now(self, cursor=None) -> datetime:
+    def now(self, tx=None) -> datetime:
         with self._lock:
             return self._now
 
@@ -328,6 +328,12 @@ class ControlledClock:
 class Tx:
     """One open transaction: thin helpers over a DictCursor plus the transaction's `now`.
 
+    Round trips are what a unit of work mostly costs, on both sides of the connection. A write
+    whose answer the unit does not read (an event, an audit record, a guarded state change) is
+    queued with `later` and travels in one round trip with the next statement the unit sends, or
+    with COMMIT: the server runs them in the order they were issued, so locks are taken in the same
+    order as before, and a failing write stops the batch before what follows it runs.
+
     `memo` is shared by every attempt of one call of the unit, and `maybe_committed` says that an
     earlier attempt of this call lost its connection during COMMIT, so that what it left in
     `memo` may be committed (see the module docstring)."""
@@ -336,13 +342,14 @@ class Tx:
         self.cursor = cursor
         self._clock = clock
         self._now: datetime | None = None
+        self._queued: list[tuple[str, str | None]] = []  # (statement as sent, `what` when it must match one row)
         self.memo = {} if memo is None else memo
         self.maybe_committed = maybe_committed
 
     def now(self) -> datetime:
         """Read once per transaction, on first use: call it only after taking the instance lock."""
         if self._now is None:
-            self._now = self._clock.now(self.cursor)
+            self._now = self._clock.now(self)
         return self._now
 
     def now_read_with(self, database_now: datetime) -> datetime:
@@ -350,36 +357,85 @@ class Tx:
         instance lock, to spare a round trip: the database clock adopts that value; a test clock
         keeps its own."""
         if self._now is None:
-            self._now = database_now if isinstance(self._clock, DatabaseClock) else self._clock.now(self.cursor)
+            self._now = database_now if isinstance(self._clock, DatabaseClock) else self._clock.now(self)
         return self._now
 
     def one(self, sql: str, params: tuple | dict = ()) -> dict | None:
-        self.cursor.execute(sql, params)
+        self._send(sql, params)
         return self.cursor.fetchone()
 
     def all(self, sql: str, params: tuple | dict = ()) -> list[dict]:
-        self.cursor.execute(sql, params)
+        self._send(sql, params)
         return list(self.cursor.fetchall())
 
     def execute(self, sql: str, params: tuple | dict = ()) -> int:
         """Run a statement and return the matched row count."""
-        return self.cursor.execute(sql, params)
+        return self._send(sql, params)
 
     def transition(self, sql: str, params: tuple | dict, what: str) -> None:
-        """Run a guarded single-row state change that must match exactly one row, else raise
-        `TransitionFailed` naming `what`: nothing that follows it (events, audit) may be written
-        for a change that did not happen."""
-        matched = self.cursor.execute(sql, params)
-        if matched != 1:
-            raise TransitionFailed(f"{what}: expected to change one row, matched {matched}")
+        """Queue a guarded single-row state change that must match exactly one row, else
+        `TransitionFailed` naming `what` is raised when its answer arrives (with the next statement,
+        at the latest before COMMIT): nothing that follows it (events, audit) may commit for a change
+        that did not happen. The unit holds the row's lock and read its state, so this is a bug."""
+        self.later(sql, params, expect_one=what)
 
     def insert(self, sql: str, params: tuple | dict = ()) -> int:
         """Run an INSERT and return the new AUTO_INCREMENT id."""
-        self.cursor.execute(sql, params)
+        self._send(sql, params)
         return self.cursor.lastrowid
 
     def executemany(self, sql: str, rows: list) -> int:
+        self.flush()
         return self.cursor.executemany(sql, rows) if rows else 0
+
+    def later(self, sql: str, params: tuple | dict = (), expect_one: str | None = None) -> None:
+        """Queue a write whose answer the unit does not read; it is sent with the next statement or
+        with COMMIT. With `expect_one`, it is a guarded state change like `transition`'s: matching
+        any number of rows but one raises `TransitionFailed` before anything after it commits."""
+        self._queued.append((self.cursor.mogrify(sql, params), expect_one))
+
+    def flush(self) -> None:
+        """Send the queued writes now (one round trip; none when nothing is queued)."""
+        if self._queued:
+            self._round_trip(self._take_queued())
+
+    def flush_guarded(self) -> None:
+        """Send the queued writes now if one of them is a guarded change, whose count must be
+        checked before COMMIT is sent (that costs the round trip)."""
+        if any(what is not None for _, what in self._queued):
+            self.flush()
+
+    def commit(self) -> None:
+        """Commit, with the queued writes in the same round trip."""
+        self.flush_guarded()
+        self._round_trip([*self._take_queued(), ("COMMIT", None)])
+
+    def _send(self, sql: str, params: tuple | dict) -> int:
+        """Run one statement after the queued writes, in one round trip; its matched row count (its
+        rows, its insert id) are the cursor's afterwards."""
+        if not self._queued:
+            return self.cursor.execute(sql, params)
+        return self._round_trip([*self._take_queued(), (self.cursor.mogrify(sql, params), None)])
+
+    def _take_queued(self) -> list[tuple[str, str | None]]:
+        queued, self._queued = self._queued, []
+        return queued
+
+    def _round_trip(self, statements: list[tuple[str, str | None]]) -> int:
+        """Send `statements` as one multi-statement query (already interpolated: no parameters) and
+        read every answer in order; the cursor is left on the last one."""
+        self.cursor.execute(";\n".join(text for text, _ in statements))
+        for index, (_, what) in enumerate(statements):
+            if index:
+                self.cursor.nextset()
+            if what is not None:
+                _expect_one(what, self.cursor.rowcount)
+        return self.cursor.rowcount
+
+
+def _expect_one(what: str, matched: int) -> None:
+    if matched != 1:
+        raise TransitionFailed(f"{what}: expected to change one row, matched {matched}")
 
 
 class Database:
@@ -497,9 +553,12 @@ class Database:
                 result = unit(tx, *args, **kwargs)
                 if self.before_commit is not None:
                     self.before_commit(tx, unit.__name__)
-            if not autocommit:
-                committing = True
-                conn.commit()
+                if autocommit:
+                    tx.flush()
+                else:
+                    tx.flush_guarded()
+                    committing = True
+                    tx.commit()
             reusable = True
             return result
         except pymysql.err.MySQLError as exc:
