@@ -1,7 +1,8 @@
 """Benchmarks: Weave over HTTP beside a raw PyMySQL baseline doing the same statements, same run.
 
-    scripts/bench [--only pulse|e2e|signals|latency|consumption|validation] [--json FILE]   (--help lists every option)
+    scripts/bench [--only pulse|e2e|signals|latency|consumption|peer|validation] [--json FILE]   (--help lists every option)
     scripts/bench --only signals --against main      (signal acceptance: this checkout against a revision)
+    scripts/bench --only peer                        (signal acceptance beside DBOS Transact's `send`)
 
 Everything runs on this machine: a private database server, `weave serve` and `weave scan` as
 separate processes, and load generator threads here. Each figure is printed beside its baseline
@@ -15,9 +16,13 @@ from __future__ import annotations
 import argparse
 import http.client
 import io
+import itertools
 import json
 import os
+import pwd
 import random
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -25,15 +30,18 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from statistics import median
 
 from weave import auth, jsontext, migrate, schemas
 from weave.db import Database, DatabaseUrl, connect
 from weave.devdb import PrivateServer, free_port
+from weave.processes import die_with_parent
 from weave.rules import definitions as definition_rules
 from weave.schemas import budget
 from weave.schemas.payload import payload_errors
@@ -858,28 +866,21 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
     else:
         _floor_tables(bench)
     results = []
-    run = 0
+    runs = map(str, itertools.count(1))  # each run's workflow ids are its own
     for shape in ("many instances", "one hot instance"):
         for clients in (1, 8, 32):
             signals = per_run if shape == "many instances" else min(per_run, HOT_INSTANCE_SIGNALS)
             per_client = max(1, signals // clients)
-            rates: dict[str, list[float]] = {name: [] for name, _, _ in contenders}
-            latencies: dict[str, list[float]] = {name: [] for name, _, _ in contenders}
-            cpu: dict[str, list[list[float]]] = {name: [] for name, _, _ in contenders}
-            for pair in range(repeat):
-                for name, target, sender in contenders[:: 1 if pair % 2 == 0 else -1]:
-                    run += 1
-                    rate, times, split = _signal_run(
-                        target, sender, instances if shape == "many instances" else 1, clients, per_client, str(run)
-                    )
-                    rates[name].append(rate)
-                    latencies[name] += times
-                    cpu[name].append(split)
-            ratios = [w / b for w, b in zip(rates["weave"], rates["baseline"])]
-            tails = {
-                name: (percentile(times, 50) * 1000, percentile(times, 99) * 1000) for name, times in latencies.items()
-            }
-            mean_cpu = {name: [sum(column) / len(column) for column in zip(*splits)] for name, splits in cpu.items()}
+            targets = instances if shape == "many instances" else 1
+            rates, latencies, cpu = _alternate(
+                {
+                    name: partial(_signal_run, target, sender, targets, clients, per_client)
+                    for name, target, sender in contenders
+                },
+                repeat,
+                runs,
+            )
+            ratios, tails, mean_cpu = _summary(rates, latencies, cpu, "weave", "baseline")
             baseline_server = "-" if reference is None else f"{mean_cpu['baseline'][0]:.2f}"
             extra = (
                 f"   p50/p99 ms weave {tails['weave'][0]:.1f}/{tails['weave'][1]:.1f}"
@@ -920,6 +921,31 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
     return results
 
 
+def _alternate(contenders: dict[str, Callable[[str], tuple]], repeat: int, runs: Iterator[str]) -> tuple:
+    """Run each contender `repeat` times, in alternation, each first in every other pair (a pair
+    shares the machine's conditions of the moment); each call gets the next label of `runs` and
+    answers (rate, latencies, CPU split). Per contender: (its rates, all its latencies, its splits)."""
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    latencies: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[list[float]]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for pair in range(repeat):
+        for name in names[:: 1 if pair % 2 == 0 else -1]:
+            rate, times, split = contenders[name](next(runs))
+            rates[name].append(rate)
+            latencies[name] += times
+            cpu[name].append(split)
+    return rates, latencies, cpu
+
+
+def _summary(rates: dict, latencies: dict, cpu: dict, first: str, second: str) -> tuple:
+    """(the ratios first/second of each pair, p50 and p99 in ms and the mean CPU split per contender)."""
+    ratios = [a / b for a, b in zip(rates[first], rates[second])]
+    tails = {name: (percentile(times, 50) * 1000, percentile(times, 99) * 1000) for name, times in latencies.items()}
+    mean_cpu = {name: [sum(column) / len(column) for column in zip(*splits)] for name, splits in cpu.items()}
+    return ratios, tails, mean_cpu
+
+
 def _with_workers(pid: int) -> list[int]:
     """`pid` and its child processes (the workers of `weave serve --processes N`)."""
     return [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
@@ -943,8 +969,14 @@ def _cpu_split(bench: Bench) -> tuple[float, float, float]:
 
 
 def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name (field 3 on): [11], [12] user and system CPU ticks,
+    [13], [14] those of its children it has waited for."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
 # ---- signal to consumption latency ----------------------------------------------------------------------
@@ -1103,6 +1135,227 @@ def bench_consumption(
         )
         results.append(row)
     return results
+
+
+# ---- the DBOS peer (issue 17, target 3) -------------------------------------------------------------
+
+DBOS_VERSION = "3.4.0"  # pinned so that runs compare; the peer's own venv, never Weave's
+DBOS_VENV = ROOT / ".bench" / "dbos-venv"
+DBOS_DRIVER = ROOT / "scripts" / "bench_dbos.py"
+POSTGRES_SEARCH_PATH = "/usr/lib/postgresql/*/bin"
+POSTGRES_HINT = (
+    "PostgreSQL server binaries (initdb, postgres) were not found on PATH or in "
+    f"{POSTGRES_SEARCH_PATH}; install them, e.g. on Debian/Ubuntu: `sudo apt-get install postgresql`"
+)
+POSTGRES_ACCOUNTS = ("postgres", "nobody")  # PostgreSQL refuses to run as root
+POSTGRES_START_SECONDS = 60
+
+
+class PeerUnavailable(RuntimeError):
+    """The peer cannot run on this machine: the message says what to install."""
+
+
+def postgres_binaries() -> Path:
+    """The folder holding `initdb` and `postgres`: PATH first, then the newest Debian version."""
+    versions = sorted(Path("/").glob(POSTGRES_SEARCH_PATH.lstrip("/")), key=_version, reverse=True)
+    search_path = os.pathsep.join([os.environ.get("PATH", ""), *map(str, versions)])
+    found = shutil.which("initdb", path=search_path)
+    if found is None:
+        raise PeerUnavailable(POSTGRES_HINT)
+    folder = Path(found).resolve().parent  # /usr/local/bin/initdb may link into the version's folder
+    if not (folder / "postgres").exists():
+        raise PeerUnavailable(POSTGRES_HINT)
+    return folder
+
+
+def _version(binaries: Path) -> list[int]:
+    return [int(part) for part in binaries.parent.name.split(".") if part.isdigit()]
+
+
+def dbos_python() -> Path:
+    """The python of the peer's venv, with `dbos==DBOS_VERSION`: made on first use, then reused."""
+    python, stamp = DBOS_VENV / "bin" / "python", DBOS_VENV / f".dbos-{DBOS_VERSION}"
+    if not stamp.exists():
+        print(f"making {DBOS_VENV.relative_to(ROOT)} with dbos=={DBOS_VERSION} (once)", flush=True)
+        for command in (
+            [sys.executable, "-m", "venv", str(DBOS_VENV)],
+            [str(python), "-m", "pip", "install", "-q", f"dbos=={DBOS_VERSION}"],
+        ):
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                raise PeerUnavailable(f"`{' '.join(command)}` failed ({last}); needs python3-venv and PyPI")
+        stamp.touch()
+    return python
+
+
+@dataclass
+class Postgres:
+    url: str  # postgresql://postgres@127.0.0.1:port/…, the peer's system database
+    pid: int  # the postmaster
+
+
+@contextmanager
+def private_postgres(folder: Path, binaries: Path):
+    """A PostgreSQL of our own in `folder` (its socket there too) on 127.0.0.1 and a free port, with
+    durable commits (fsync, synchronous_commit: the defaults, said aloud), and trust for local
+    clients. As root it runs as `postgres` (or `nobody`), which then owns `folder`."""
+    account = None
+    if os.geteuid() == 0:
+        account = next((name for name in POSTGRES_ACCOUNTS if _has_account(name)), None)
+        if account is None:
+            raise PeerUnavailable("PostgreSQL cannot run as root and no 'postgres' or 'nobody' account exists")
+        owner = pwd.getpwnam(account)
+        os.chown(folder, owner.pw_uid, owner.pw_gid)
+    data, log = folder / "data", folder / "postgres.log"
+    # --no-sync: initdb's own final flush only; the server below commits durably.
+    initdb = [binaries / "initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"]
+    done = subprocess.run(initdb, cwd=folder, user=account, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"initdb failed:\n{done.stdout}\n{done.stderr}")
+    port = free_port()
+    settings = {
+        "listen_addresses": "127.0.0.1",
+        "unix_socket_directories": str(folder),
+        "fsync": "on",
+        "synchronous_commit": "on",
+        "shared_buffers": "256MB",  # the private MariaDB's buffer pool
+        "logging_collector": "off",
+    }
+    with log.open("w") as log_file:
+        server = subprocess.Popen(
+            [binaries / "postgres", "-D", data, "-p", str(port), *(f"-c{k}={v}" for k, v in settings.items())],
+            cwd=folder,
+            user=account,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+    try:
+        _wait_postgres_ready(server, data, log)
+        yield Postgres(f"postgresql://postgres@127.0.0.1:{port}/weave_bench_dbos", server.pid)
+    finally:
+        server.send_signal(signal.SIGINT)  # "fast" shutdown: SIGTERM would wait for clients to leave
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _has_account(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def _wait_postgres_ready(server: subprocess.Popen, data: Path, log: Path) -> None:
+    """postmaster.pid's last line reads `ready` once the server accepts connections."""
+    deadline = time.monotonic() + POSTGRES_START_SECONDS
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"PostgreSQL exited with {server.returncode}:\n{log.read_text(errors='replace')}")
+        try:
+            if (data / "postmaster.pid").read_text().split("\n")[7].strip() == "ready":
+                return
+        except (FileNotFoundError, IndexError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"PostgreSQL did not start within {POSTGRES_START_SECONDS}s:\n{log.read_text(errors='replace')}")
+
+
+def _postgres_cpu_seconds(postmaster: int) -> float:
+    """CPU seconds of PostgreSQL so far: the postmaster with the children it has reaped (its cutime
+    and cstime), plus its live children (backends, background workers)."""
+    fields = _stat_fields(postmaster)
+    total = sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
+    for child in _with_workers(postmaster)[1:]:
+        try:
+            total += _cpu_seconds(child)
+        except FileNotFoundError:  # ended between the listing and the reading
+            pass
+    return total
+
+
+def _dbos_run(postgres: Postgres, python: Path, threads: int, per_thread: int, destinations: int, run: str) -> tuple:
+    """One timed run of the DBOS driver (scripts/bench_dbos.py): (sends per second, latencies in
+    seconds, [CPU ms per send of the driver, PostgreSQL])."""
+    command = [python, DBOS_DRIVER, "--url", postgres.url, "--run", run, "--threads", str(threads)]
+    command += ["--sends", str(threads * per_thread), "--destinations", str(destinations)]
+    driver = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        if driver.stdout.readline().strip() != "ready":
+            raise RuntimeError("the DBOS driver stopped before its timed sends (its errors are above)")
+        before = _postgres_cpu_seconds(postgres.pid)
+        driver.stdin.write("go\n")
+        driver.stdin.flush()
+        line = driver.stdout.readline()
+        after = _postgres_cpu_seconds(postgres.pid)
+        if not line:
+            raise RuntimeError("the DBOS driver stopped during its timed sends (its errors are above)")
+    finally:
+        driver.stdin.close()  # the driver exits when its stdin closes
+        driver.wait(60)
+    timed = json.loads(line)
+    sends = len(timed["latencies"])
+    cpu = [timed["cpu_seconds"] * 1000 / sends, (after - before) * 1000 / sends]
+    return sends / timed["seconds"], timed["latencies"], cpu
+
+
+def bench_peer(bench: Bench, per_run: int, repeat: int, clients: int = 8, instances: int = 200) -> list[dict]:
+    """Weave's signal acceptance beside DBOS Transact's `send`: `clients` HTTP clients sending signals
+    over `instances` instances (as in bench_signals), alternating `repeat` times with the DBOS driver
+    sending as many messages from as many threads over as many destination workflows, on a private
+    PostgreSQL. DBOS's `send` is a library call: no HTTP, no authentication, no validation. Skipped
+    with one line saying what to install where PostgreSQL or the peer's venv is missing."""
+    try:
+        binaries = postgres_binaries()
+        python = dbos_python()
+    except PeerUnavailable as missing:
+        print(f"DBOS peer skipped: {missing}", flush=True)
+        return []
+    Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)  # 200 once published
+    per_client = max(1, per_run // clients)
+    runs = (f"peer{n}" for n in itertools.count())
+    with (
+        tempfile.TemporaryDirectory(prefix="weave-bench-pg-") as folder,
+        private_postgres(Path(folder), binaries) as postgres,
+    ):
+        rates, latencies, cpu = _alternate(
+            {
+                "weave": partial(_signal_run, bench, _http_sender, instances, clients, per_client),
+                "dbos": partial(_dbos_run, postgres, python, clients, per_client, instances),
+            },
+            repeat,
+            runs,
+        )
+    ratios, tails, mean_cpu = _summary(rates, latencies, cpu, "weave", "dbos")
+    extra = (
+        f"   p50/p99 ms weave {tails['weave'][0]:.1f}/{tails['weave'][1]:.1f}"
+        f" dbos {tails['dbos'][0]:.1f}/{tails['dbos'][1]:.1f}"
+        "   CPU ms/signal weave (server, load, db) %.2f, %.2f, %.2f dbos (driver, postgres) %.2f, %.2f"
+        % (*mean_cpu["weave"], *mean_cpu["dbos"])
+        + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
+    )
+    row = report(
+        f"signals vs DBOS send, {instances} instances, {clients} clients",
+        median(rates["weave"]),
+        median(rates["dbos"]),
+        "sig/s",
+        extra,
+        ratio=median(ratios),
+        baseline_name="dbos",
+    )
+    row["peer"] = f"dbos=={DBOS_VERSION}"
+    row["run_ratios"] = [round(r, 3) for r in ratios]
+    row["p50_ms"], row["p99_ms"] = round(tails["weave"][0], 1), round(tails["weave"][1], 1)
+    row["dbos_p50_ms"], row["dbos_p99_ms"] = round(tails["dbos"][0], 1), round(tails["dbos"][1], 1)
+    row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in mean_cpu.items()}
+    return [row]
 
 
 # ---- payload validation under hostile schemas (issue 10, items 2-3) ---------------------------------
@@ -1397,11 +1650,13 @@ def main(argv: list[str] | None = None) -> int:
         "--signals",
         type=int,
         default=3000,
-        help=f"signals per acceptance run (one hot instance: at most {HOT_INSTANCE_SIGNALS})",
+        help=f"signals per acceptance run (one hot instance: at most {HOT_INSTANCE_SIGNALS}); DBOS sends per peer run",
     )
-    parser.add_argument("--repeat", type=int, default=3, help="alternating weave/baseline runs per signal figure")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="alternating weave/baseline (or weave/DBOS) runs per signal figure"
+    )
     parser.add_argument("--latency-signals", type=int, default=200)
-    parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency", "consumption", "validation"))
+    parser.add_argument("--only", choices=("pulse", "e2e", "signals", "latency", "consumption", "peer", "validation"))
     parser.add_argument("--consumption-signals", type=int, default=2000, help="signals per consumption run")
     parser.add_argument(
         "--against",
@@ -1445,6 +1700,8 @@ def main(argv: list[str] | None = None) -> int:
             results += bench_latency(bench, args.latency_signals)
         if args.only in (None, "consumption"):
             results += bench_consumption(bench, args.consumption_signals)
+        if args.only in (None, "peer"):
+            results += bench_peer(bench, args.signals, args.repeat)
     return _write(args.json, results)
 
 

@@ -75,3 +75,27 @@ def test_the_validation_section_runs_on_tiny_sizes():
     assert all(row["largest_checked_outcome"] != "refused: budget" for row in weave)
     assert weave[0]["outcome"] == "1 error(s)" and weave[2]["outcome"].endswith(" error(s)")  # really refused
     assert all(row["stock_ms"] > 0 and row["label"].startswith("stock jsonschema") for row in stock)
+
+
+def _postgres_binaries():
+    try:
+        return bench.postgres_binaries()
+    except bench.PeerUnavailable:
+        return None
+
+
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+@pytest.mark.skipif(_postgres_binaries() is None, reason="the DBOS peer needs PostgreSQL's initdb and postgres")
+def test_the_dbos_peer_runs_on_tiny_sizes():
+    """The first run on a clean checkout also makes the peer's venv (.bench/dbos-venv, from PyPI)."""
+    with bench.running_weave(threads=4) as running:
+        (row,) = bench.bench_peer(running, 20, repeat=1, clients=2, instances=4)
+    assert row["weave"] > 0 and row["baseline"] > 0 and row["peer"] == f"dbos=={bench.DBOS_VERSION}"
+    assert all(value >= 0 for split in row["cpu_ms_per_signal"].values() for value in split)
+
+
+def test_the_dbos_peer_is_skipped_with_a_message_without_postgres(monkeypatch, capsys):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(bench, "POSTGRES_SEARCH_PATH", "/nonexistent/postgresql/*/bin")
+    assert bench.bench_peer(None, 20, repeat=1) == []
+    assert "DBOS peer skipped: PostgreSQL server binaries" in capsys.readouterr().out

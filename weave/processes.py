@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes  # here, not in the child: after Popen's `user=` it may no longer read Python's library
 import signal
 
 
@@ -10,8 +11,6 @@ def die_with_parent() -> None:
     child, after fork (as `preexec_fn` before an exec). The "parent" is the thread that forked: a
     child forked from a thread that ends gets SIGTERM then. Elsewhere than Linux it does nothing."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
