@@ -43,6 +43,11 @@ def lock(tx: Tx, activation_id: int) -> dict:
     return tx.one(LOCK_ACTIVATION, (activation_id,))
 
 
+def locking(activation_id: int) -> tuple[str, tuple]:
+    """`lock`'s read, for `Tx.all_together`."""
+    return LOCK_ACTIVATION, (activation_id,)
+
+
 def lock_unended(tx: Tx, instance_id: int) -> list[dict]:
     """The instance's ACTIVE and NEEDS_REVIEW activations, locked in id order."""
     return [lock(tx, row["id"]) for row in tx.all(SELECT_UNENDED_IDS, (instance_id,))]

@@ -49,6 +49,14 @@ SELECT request_digest FROM audit_records
 WHERE signal_id = %s AND instance_id = %s AND action = 'signal.send'
 ORDER BY id LIMIT 1
 """
+# The same, as a column of a read of signal rows `s` (a subquery in the select list: read, not locked).
+# The index is named: as a dependent subquery the planner may prefer ix_audit_instance for its id
+# order, which reads every record of the instance; ix_audit_signal's entries are in id order too.
+ACCEPTANCE_DIGEST_OF_SIGNAL_ROW = """
+(SELECT ar.request_digest FROM audit_records ar FORCE INDEX (ix_audit_signal)
+ WHERE ar.signal_id = s.id AND ar.instance_id = s.instance_id AND ar.action = 'signal.send'
+ ORDER BY ar.id LIMIT 1)
+"""
 
 
 def acceptance_digest(tx: Tx, instance_id: int, signal_id: int) -> str | None:

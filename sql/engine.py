@@ -381,13 +381,14 @@ def consume_wait(tx: Tx, instance: dict, wait_id: int, actor: str) -> str:
     found = waits.status(tx, wait_id)
     if found is None or found["status"] != "WAITING":
         return "SETTLED"
-    activation = activations.lock(tx, found["activation_id"])
-    wait = waits.lock(tx, wait_id)
+    # One round trip, in lock order: the activation, the wait, the generation's PENDING signals.
+    (activation,), (wait,), pending = tx.all_together(
+        activations.locking(found["activation_id"]), waits.locking(wait_id), signals.pending_of_wait_locking(wait_id)
+    )
     if wait["status"] != "WAITING" or activation["status"] != "ACTIVE":
         return "SETTLED"  # decided, or the step is with an operator (review) who will settle the wait
     if wait["kind"] == "POLL":
         return look_at_poll(tx, instance, activation, _step(tx, instance, activation), actor, wait=wait)
-    pending = signals.lock_pending_of_generation(tx, instance["id"], wait["step_key"], wait["activation_sequence"])
     verdict = _adjudicate_signals(wait, pending, tx.now())
     _reject(tx, instance, verdict.rejected)
     if verdict.winner is not None:
@@ -469,7 +470,7 @@ def _proof_holds(tx: Tx, instance: dict, signal: dict) -> bool:
         payload = jsontext.loads(signal["payload"]) if signal["payload_present"] else signal_rules.ABSENT
     except jsontext.JsonRejected:
         return False
-    recorded = audit.acceptance_digest(tx, instance["id"], signal["id"])
+    recorded = signal["recorded_digest"]
     if recorded is None or recorded != signal["request_digest"]:
         return False
     return signal_rules.request_digest(fields, payload) == recorded
@@ -500,7 +501,7 @@ def look_at_poll(
     waiting = wait is not None and wait["status"] == "WAITING"
     pending = []
     if waiting:
-        pending = signals.lock_pending_of_generation(tx, instance["id"], wait["step_key"], wait["activation_sequence"])
+        (pending,) = tx.all_together(signals.pending_of_wait_locking(wait["id"]))
     current = tasks.lock_current_round(tx, activation["id"])
     now = tx.now()
     if not inbox_path and current["status"] not in poll.OPEN:

@@ -336,8 +336,9 @@ COUNT_STORED_SIGNAL = "UPDATE instances SET signals_stored = signals_stored + 1 
 
 
 def count_stored_signal(tx: Tx, instance_id: int) -> None:
-    """The locked instance holds one signal more (`signals_stored`, the S1.6 limit); queued."""
-    tx.transition(COUNT_STORED_SIGNAL, (instance_id,), f"count a signal of instance {instance_id}")
+    """The locked instance holds one signal more (`signals_stored`, the S1.6 limit); queued with the
+    unit's last writes and COMMIT (unguarded: the unit has just read the locked row)."""
+    tx.later(COUNT_STORED_SIGNAL, (instance_id,))
 
 
 def move(tx: Tx, instance: dict, status: str, gate: str, review_reason: str | None) -> dict:

@@ -306,14 +306,6 @@ def list_signals(
 
 # ---- consumption: the rows' side of the engine's decision (S2.2-S2.5, S2.8) -------------------------
 
-LOCK_PENDING_OF_GENERATION = """
-SELECT id, name, payload_version, correlation, payload, payload_present, accepted_at, request_digest, reason,
-       evidence_ref, target_step_key, target_activation_sequence
-FROM signals
-WHERE instance_id = %s AND target_step_key = %s AND target_activation_sequence = %s AND status = 'PENDING'
-ORDER BY accepted_at, id
-FOR UPDATE
-"""
 REJECT_SIGNAL = """
 UPDATE signals SET status = 'REJECTED', disposition = %s, settled_at = %s WHERE id = %s AND status = 'PENDING'
 """
@@ -331,9 +323,29 @@ WHERE instance_id = %s AND status = 'PENDING'
 """
 
 
-def lock_pending_of_generation(tx: Tx, instance_id: int, step_key: str, sequence: int) -> list[dict]:
-    """The PENDING signals aimed at one step generation, locked, first accepted first (S2.2)."""
-    return tx.all(LOCK_PENDING_OF_GENERATION, (instance_id, step_key, sequence))
+# The generation of a wait the unit has just locked (the join re-reads that row under its own lock),
+# with each signal's acceptance digest (S1.12) from its audit record.
+LOCK_PENDING_OF_WAIT = (
+    """
+SELECT s.id, s.name, s.payload_version, s.correlation, s.payload, s.payload_present, s.accepted_at, s.request_digest,
+       s.reason, s.evidence_ref, s.target_step_key, s.target_activation_sequence,
+       """
+    + audit.ACCEPTANCE_DIGEST_OF_SIGNAL_ROW
+    + """ AS recorded_digest
+FROM waits w
+JOIN signals s ON s.instance_id = w.instance_id AND s.target_step_key = w.step_key
+              AND s.target_activation_sequence = w.activation_sequence AND s.status = 'PENDING'
+WHERE w.id = %s
+ORDER BY s.accepted_at, s.id
+FOR UPDATE
+"""
+)
+
+
+def pending_of_wait_locking(wait_id: int) -> tuple[str, tuple]:
+    """The PENDING signals aimed at a locked wait's generation, locked, first accepted first
+    (S2.2), each with `recorded_digest`; a read for `Tx.all_together`, after the wait's lock."""
+    return LOCK_PENDING_OF_WAIT, (wait_id,)
 
 
 SELECT_PAYLOAD = "SELECT id, accepted_at, payload FROM signals WHERE id = %s"

@@ -73,6 +73,11 @@ def lock(tx: Tx, wait_id: int) -> dict:
     return tx.one(LOCK_WAIT, (wait_id,))
 
 
+def locking(wait_id: int) -> tuple[str, tuple]:
+    """`lock`'s read, for `Tx.all_together`."""
+    return LOCK_WAIT, (wait_id,)
+
+
 def lock_of_activation(tx: Tx, activation_id: int) -> dict | None:
     return tx.one(LOCK_WAIT_OF_ACTIVATION, (activation_id,))
 

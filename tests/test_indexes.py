@@ -124,13 +124,23 @@ def test_signal_queries_use_their_indexes(populated, clock):
         tx.execute("ANALYZE TABLE signals")
 
     database.run(fill)
-    matching = explain(database, signals.LOCK_PENDING_OF_GENERATION, (instance_id, "payment", 1))
-    # Any index led by instance_id narrows it to one instance's ≤1024 rows; which one is the planner's call.
-    assert keys_used(matching) <= {
-        ("signals", "ix_signals_matching"),
-        ("signals", "ix_signals_instance_status"),
-        ("signals", "uq_signals_idempotency"),
+    wait_id = database.run(
+        lambda tx: tx.insert(
+            "INSERT INTO waits (instance_id, step_key, kind, activation_sequence, status, deadline_at, created_at)"
+            " VALUES (%s, 'payment', 'SIGNAL', 1, 'WAITING', %s, %s)",
+            (instance_id, clock.now(), clock.now()),
+        )
+    )
+    matching = explain(database, signals.LOCK_PENDING_OF_WAIT, (wait_id,))
+    # The wait by its key; any index led by instance_id narrows the signals to one instance's ≤1024
+    # rows (which one is the planner's call); the acceptance record by the signal's key.
+    assert ("w", "PRIMARY") in keys_used(matching)
+    assert {key for key in keys_used(matching) if key[0] == "s"} <= {
+        ("s", "ix_signals_matching"),
+        ("s", "ix_signals_instance_status"),
+        ("s", "uq_signals_idempotency"),
     }
+    assert ("ar", "ix_audit_signal") in keys_used(matching)
     expiry = explain(database, signals.DUE_EXPIRIES, (clock.now(), clock.now(), 100))
     assert ("signals", "ix_signals_expiry") in keys_used(expiry)
     replay = explain(database, signals.SELECT_TARGET_INSTANCE_AND_KEY, ("k1", namespace_id, "w7"))

@@ -372,6 +372,19 @@ class Tx:
         """Run a statement and return the matched row count."""
         return self._send(sql, params)
 
+    def all_together(self, *reads: tuple[str, tuple | dict]) -> list[list[dict]]:
+        """Run several (sql, params) reads in order in one round trip (after the queued writes);
+        the rows of each. For locking reads that follow the global lock order, whose later
+        statements need nothing from the earlier ones' answers but their locks."""
+        statements = [*self._take_queued()]
+        first = len(statements)
+        statements += [(self.cursor.mogrify(sql, params), None) for sql, params in reads]
+        rows: list[list[dict]] = []
+        for index in self._answers(statements):
+            if index >= first:
+                rows.append(list(self.cursor.fetchall()))
+        return rows
+
     def transition(self, sql: str, params: tuple | dict, what: str) -> None:
         """Queue a guarded single-row state change that must match exactly one row, else
         `TransitionFailed` naming `what` is raised when its answer arrives (with the next statement,
@@ -422,15 +435,22 @@ class Tx:
         return queued
 
     def _round_trip(self, statements: list[tuple[str, str | None]]) -> int:
-        """Send `statements` as one multi-statement query (already interpolated: no parameters) and
-        read every answer in order; the cursor is left on the last one."""
+        """Send `statements` as one multi-statement query and read every answer in order; the
+        cursor is left on the last one."""
+        for _ in self._answers(statements):
+            pass
+        return self.cursor.rowcount
+
+    def _answers(self, statements: list[tuple[str, str | None]]):
+        """Send `statements` (already interpolated: no parameters) as one multi-statement query;
+        yield the index of each as the cursor reaches its answer, its guard checked."""
         self.cursor.execute(";\n".join(text for text, _ in statements))
         for index, (_, what) in enumerate(statements):
             if index:
                 self.cursor.nextset()
             if what is not None:
                 _expect_one(what, self.cursor.rowcount)
-        return self.cursor.rowcount
+            yield index
 
 
 def _expect_one(what: str, matched: int) -> None:
