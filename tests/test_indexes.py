@@ -136,11 +136,15 @@ def test_signal_queries_use_their_indexes(populated, clock):
     # rows (which one is the planner's call); the acceptance record by the signal's key.
     assert ("w", "PRIMARY") in keys_used(matching)
     assert {key for key in keys_used(matching) if key[0] == "s"} <= {
-        ("s", "ix_signals_matching"),
-        ("s", "ix_signals_instance_status"),
+        ("s", "ix_signals_generation"),
         ("s", "uq_signals_idempotency"),
     }
     assert ("ar", "ix_audit_signal") in keys_used(matching)
+    for page in (
+        explain(database, signals.SELECT_SIGNAL_PAGE, (instance_id, 0, 50)),
+        explain(database, signals.SELECT_SIGNAL_PAGE_BY_STATUS, (instance_id, "PENDING", 0, 50)),
+    ):
+        assert keys_used(page) == {("s", "uq_signals_idempotency")}
     expiry = explain(database, signals.DUE_EXPIRIES, (clock.now(), clock.now(), 100))
     assert ("signals", "ix_signals_expiry") in keys_used(expiry)
     replay = explain(database, signals.SELECT_TARGET_INSTANCE_AND_KEY, ("k1", namespace_id, "w7"))

@@ -36,6 +36,7 @@ SHIPPED = [
     "0008.console_sessions",
     "0009.instance_version",
     "0010.instance_signal_count",
+    "0011.leaner_indexes",
 ]
 
 

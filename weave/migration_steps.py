@@ -40,7 +40,8 @@ def run(conn, sql: str) -> None:
         cur.execute(sql)
 
 
-def _alter(conn, table: str, clauses: list[str]) -> None:
+def alter(conn, table: str, clauses: list[str]) -> None:
+    """One ALTER TABLE of `clauses` (none: nothing is run)."""
     if clauses:
         run(conn, f"ALTER TABLE {table} " + ", ".join(clauses))
 
@@ -49,10 +50,10 @@ def _add_missing(table: str, items, exists, add: str, drop: str):
     """A step adding the (name, spec) items that `exists` does not find; its rollback drops those it finds."""
 
     def apply(conn):
-        _alter(conn, table, [add.format(name=n, spec=s) for n, s in items if not exists(conn, table, n)])
+        alter(conn, table, [add.format(name=n, spec=s) for n, s in items if not exists(conn, table, n)])
 
     def rollback(conn):
-        _alter(conn, table, [drop.format(name=n) for n, _ in items if exists(conn, table, n)])
+        alter(conn, table, [drop.format(name=n) for n, _ in items if exists(conn, table, n)])
 
     return step(apply, rollback)
 
@@ -67,14 +68,30 @@ def add_indexes(table: str, indexes):
     return _add_missing(table, indexes, index_exists, "ADD {spec}", "DROP INDEX {name}")
 
 
+def change_indexes(added: dict, dropped: dict):
+    """A step adding, per table, the (name, `KEY name (...)` spec) indexes of `added` it lacks and
+    dropping those of `dropped` it has, in one ALTER per table; its rollback does the reverse."""
+
+    def change(add: dict, drop: dict):
+        def apply(conn):
+            for table in sorted({*add, *drop}):
+                clauses = [f"ADD {spec}" for name, spec in add.get(table, []) if not index_exists(conn, table, name)]
+                clauses += [f"DROP INDEX {name}" for name, _ in drop.get(table, []) if index_exists(conn, table, name)]
+                alter(conn, table, clauses)
+
+        return apply
+
+    return step(change(added, dropped), change(dropped, added))
+
+
 def modify_columns(table: str, columns, previous):
     """MODIFY the columns to their (name, spec); the rollback MODIFYs them back to `previous`."""
 
     # MODIFY is idempotent: running it again changes nothing.
-    def alter(specs):
-        return lambda conn: _alter(conn, table, [f"MODIFY {n} {s}" for n, s in specs])
+    def modify(specs):
+        return lambda conn: alter(conn, table, [f"MODIFY {n} {s}" for n, s in specs])
 
-    return step(alter(columns), alter(previous))
+    return step(modify(columns), modify(previous))
 
 
 def data(sql: str, rollback_sql: str | None = None):
