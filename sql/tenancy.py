@@ -177,7 +177,7 @@ def revoke_credential(tx: Tx, namespace: str, credential_id: int) -> dict:
 # The lookup is by the SHA-256 of a 256-bit secret (unique key): a timing difference in the index
 # compare could at most reveal a prefix of a hash, which does not help to find a token.
 SELECT_CURRENT_CREDENTIAL = """
-SELECT c.id, c.expires_at, a.status AS application_status, a.signals_per_minute
+SELECT UTC_TIMESTAMP(6) AS now, c.id, c.expires_at, a.status AS application_status, a.signals_per_minute
 FROM credentials c JOIN applications a ON a.id = c.application_id
 WHERE c.token_sha256 = %s AND c.revoked_at IS NULL
 """
@@ -224,8 +224,8 @@ def _known_principal(tx: Tx, presented_sha256: bytes, current: dict) -> auth.Pri
 def current_principal(tx: Tx, presented_sha256: bytes) -> auth.Principal | None:
     """The principal of a current credential, or None (unknown, revoked or expired): the check of
     every API request, and of every console page for the credential its session came from."""
-    row = tx.one(SELECT_CURRENT_CREDENTIAL, (presented_sha256,))
-    if row is None or (row["expires_at"] is not None and row["expires_at"] <= tx.now()):
+    row = tx.one(SELECT_CURRENT_CREDENTIAL, (presented_sha256,))  # the time comes along: no round trip more
+    if row is None or (row["expires_at"] is not None and row["expires_at"] <= tx.now_read_with(row["now"])):
         return None
     return _known_principal(tx, presented_sha256, row)
 
