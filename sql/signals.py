@@ -76,10 +76,10 @@ def take_quota(tx: Tx, application_id: int, per_minute: int) -> int | None:
     """Count one signal request in the current minute; the seconds to wait when over the quota."""
     now = tx.now()
     window = now.replace(second=0, microsecond=0)
-    tx.execute(COUNT_IN_WINDOW, (application_id, window))
+    tx.later(COUNT_IN_WINDOW, (application_id, window))  # sent with the read of the count: one round trip
     used = tx.one(USED_IN_WINDOW, (application_id, window))["used"]
     if used == 1:
-        tx.execute(FORGET_OLD_WINDOWS, (application_id, window))
+        tx.later(FORGET_OLD_WINDOWS, (application_id, window))  # sent with COMMIT
     if used <= per_minute:
         return None
     return max(1, int((window + timedelta(minutes=1) - now).total_seconds() + 0.999))
