@@ -132,8 +132,10 @@ def test_two_nodes_deciding_for_one_instance_at_once_conflict_and_one_is_re_run(
 
 
 def test_without_the_instance_write_the_same_race_breaks_the_history(cluster, two_nodes, monkeypatch):
-    """The control: with `mark_deciding` gone, both nodes append an event with the same seq."""
+    """The control: with every write of the instance row gone (`mark_deciding`, and the count of
+    stored signals that acceptance keeps), both nodes append an event with the same seq."""
     monkeypatch.setattr(instances, "mark_deciding", lambda tx, instance_id: None)
+    monkeypatch.setattr(instances, "count_stored_signal", lambda tx, instance_id: None)
     flow0, _ = two_nodes
     flow0.publish(signal_flow_definition())
     flow0.start("order-1", input={"order_id": "o-1"})
