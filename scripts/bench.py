@@ -1377,16 +1377,17 @@ SCALE_TARGET = 1.2  # target 4: every figure at the large size within 1.2x of th
 
 # Stored signals are written as Weave writes them (sql/signals.py `_accept`, sql/events.py, sql/audit.py),
 # server-side from MariaDB's sequence engine, one chunk of instances at a time. Every statement names
-# its columns, so a column added later with a default loads with its default. A settled instance
+# its columns, so a column added later with a default loads with its default (`signals_stored`, the
+# count acceptance keeps, is set to the signals loaded). A settled instance
 # (SUCCEEDED) holds its consumed winner, rejected and expired signals, both steps settled, its task done
 # and its inbox event consumed; a running one is in its first (TASK) step, leased far ahead, and its
 # signals wait for the SIGNAL step as early signals (PENDING, expiring at the instance's deadline,
 # 30 days ahead). Instances are `{prefix}.{chunk}-{n}`; chunk by chunk they are found by that prefix.
 LOAD_INSTANCES = """
-INSERT INTO instances (namespace_id, workflow_id, definition_id, application_id, input, request_digest,
+INSERT INTO instances (namespace_id, workflow_id, definition_id, application_id, input, request_digest, signals_stored,
                        status, gate, deadline_at, created_at, updated_at)
 SELECT %(namespace)s, CONCAT(%(chunk)s, '-', s.seq), %(definition)s, %(application)s, '{{"order_id":"o"}}',
-       SHA2(CONCAT(%(chunk)s, '-', s.seq), 256),
+       SHA2(CONCAT(%(chunk)s, '-', s.seq), 256), %(per_instance)s,
        IF(s.seq MOD %(running_every)s = 0, 'RUNNING', 'SUCCEEDED'), IF(s.seq MOD %(running_every)s = 0, 'OPEN', 'CLOSED'),
        IF(s.seq MOD %(running_every)s = 0, %(now)s + INTERVAL 30 DAY, %(now)s - INTERVAL 19 DAY),
        %(now)s - INTERVAL 20 DAY + INTERVAL s.seq SECOND, %(now)s - INTERVAL 20 DAY + INTERVAL s.seq SECOND
@@ -1560,6 +1561,7 @@ def load_stored_signals(bench: Bench, prefix: str, instances: int, per_instance:
                 "namespace": bench.namespace_id,
                 "chunk": chunk,
                 "running_every": running_every,
+                "per_instance": per_instance,
                 "now": now,
                 "rfc3339": "%Y-%m-%dT%H:%i:%s.%fZ",
             }

@@ -386,8 +386,8 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "definitions.SELECT_DOCUMENT": (definitions.SELECT_DOCUMENT, (1,)),
         "signals.SELECT_BY_IDEMPOTENCY_KEY": (signals.SELECT_BY_IDEMPOTENCY_KEY, (instance, "k1")),
         "signals.LOCK_QUEUES_SHARED": (signals.LOCK_QUEUES_SHARED, (ids["namespace"], ("inventory",))),
-        "signals.LOCK_INSTANCE": (signals.LOCK_INSTANCE, (instance,)),
         "instances.MARK_DECIDING": (instances.MARK_DECIDING, (instance,)),
+        "instances.COUNT_STORED_SIGNAL": (instances.COUNT_STORED_SIGNAL, (instance,)),
         "signals.FACTS_UNDER_LOCK": (signals.FACTS_UNDER_LOCK, facts),
         "events.APPEND_EVENT": (events.APPEND_EVENT, (instance, "X", now, "{}", instance)),
         # the scanner: candidates of each source, and the lag and counts its metrics read
@@ -425,7 +425,7 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "waits.SUPERSEDE_WAIT": (waits.SUPERSEDE_WAIT, (now, wait)),
         "waits.SELECT_WAITING_FOR_GENERATION": (waits.SELECT_WAITING_FOR_GENERATION, (instance, "payment", 1)),
         "waits.LOCK_WAITING_OF_INSTANCE": (waits.LOCK_WAITING_OF_INSTANCE, (instance,)),
-        "signals.LOCK_PENDING_OF_GENERATION": (signals.LOCK_PENDING_OF_GENERATION, (instance, "payment", 1)),
+        "signals.LOCK_PENDING_OF_WAIT": (signals.LOCK_PENDING_OF_WAIT, (wait,)),
         "signals.REJECT_SIGNAL": (signals.REJECT_SIGNAL, ("WAIT_SETTLED", now, signal)),
         "signals.CONSUME_SIGNAL": (signals.CONSUME_SIGNAL, (wait, now, now, signal)),
         "signals.REJECT_PENDING_OF_GENERATION": (
