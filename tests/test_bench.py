@@ -5,6 +5,7 @@ longer matches them. Figures are not asserted: speed is measured by `scripts/ben
 """
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,42 @@ def test_the_dbos_peer_is_skipped_with_a_message_without_postgres(monkeypatch, c
     monkeypatch.setattr(bench, "POSTGRES_SEARCH_PATH", "/nonexistent/postgresql/*/bin")
     assert bench.bench_peer(None, 20, repeat=1) == []
     assert "DBOS peer skipped: PostgreSQL server binaries" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+def test_the_scale_section_runs_on_tiny_sizes():
+    """Target 4's section: 2,000 stored signals (as Weave writes them) against 200 in a second
+    database on the same server, then the hot instance."""
+    with bench.running_weave(threads=4, processes=1) as running:
+        rows = bench.bench_scale(
+            running, 2000, base=200, per_run=16, repeat=1, consumed=4, hot_instances=1, threads=4, processes=1
+        )
+        stored = running.database.read(
+            lambda tx: tx.one(
+                "SELECT COUNT(*) AS n, SUM(s.status = 'PENDING') AS pending,"
+                " (SELECT COUNT(*) FROM events e WHERE e.type = 'SIGNAL_ACCEPTED') AS events,"
+                " (SELECT COUNT(*) FROM audit_records a WHERE a.action = 'signal.send' AND a.signal_id IS NOT NULL)"
+                " AS audit FROM signals s JOIN instances i ON i.id = s.instance_id WHERE i.workflow_id LIKE 'load.%%'"
+            )
+        )
+        texts = running.database.read(
+            lambda tx: tx.one(
+                "SELECT s.receipt, e.data, a.details FROM signals s"
+                " JOIN events e ON e.instance_id = s.instance_id AND e.type = 'SIGNAL_ACCEPTED'"
+                " JOIN audit_records a ON a.signal_id = s.id WHERE s.idempotency_key = 'load-7' LIMIT 1"
+            )
+        )
+        # Loaded signals read back over HTTP like accepted ones: a settled instance's are settled.
+        loaded = bench.Http(running, running.client_token).get("/workflows/load.0-1/signals?limit=100")
+    assert stored["n"] == 2000 and stored["pending"] == 200  # every 10th instance runs: its signals are early
+    assert stored["events"] >= 2000 and stored["audit"] >= 2000
+    scale, hot = rows[:4], rows[4:]
+    assert [row["stored"] for row in scale] == [2000] * 4
+    assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rows)
+    assert [row["label"] for row in hot] == [
+        "scale: one hot instance, 1 client(s), 1,000 -> 1,024 stored",
+        "scale: one hot instance, 8 client(s), 1,000 -> 1,024 stored",
+    ]
+    assert json.loads('{"signal_id":"1",' + texts["receipt"])["idempotency_key"] == "load-7"
+    assert json.loads(texts["data"])["name"] == json.loads(texts["details"])["name"] == "payment.settled"
+    assert {row["status"] for row in loaded["signals"]} == {"CONSUMED", "REJECTED", "EXPIRED"}

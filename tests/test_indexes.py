@@ -1,6 +1,7 @@
 """Every query of the request path uses an index: EXPLAIN names the key we built for it."""
 
-from datetime import datetime
+import os
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -216,3 +217,379 @@ def test_the_acceptance_proof_is_found_by_the_signal_id_index(populated):
     found = database.run(lambda tx: audit.acceptance_digest(tx, instance_id, instance_id * 100 + 3))
     assert found == "0" * 64
     assert database.run(lambda tx: audit.acceptance_digest(tx, instance_id + 1, instance_id * 100 + 3)) is None
+
+
+# ---- every statement on a hot path (issue 17, target 4) -------------------------------------------------
+#
+# Acceptance, authentication, the scanner's candidate queries and the units it runs, task claim and
+# complete, events and audit: each statement is EXPLAINed on tables crowded enough that the
+# optimizer prefers an index to a scan, and must read through an index (no plan row of type ALL or
+# `index`, i.e. no full scan of a table or of an index). `test_every_statement_of_sql_is_classified`
+# keeps the list complete: a statement added to sql/ is either EXPLAINed here or listed as cold.
+
+INSTANCES = 1000  # each with two activations, a wait, a task, its inbox event, two checkpoints and:
+SIGNALS_PER_INSTANCE = 10  # signals, as many events and audit records
+
+
+@pytest.fixture
+def crowded(tenant, database):
+    """Every table of the hot paths with thousands of rows, statuses mixed as in a live system
+    (most rows settled, one in ten still open), statistics fresh. Returns ids of one row of each."""
+    from helpers import insert_instances
+
+    doc = {
+        "name": "pay",
+        "steps": [
+            DOC["steps"][0],
+            {
+                "key": "payment",
+                "type": "SIGNAL",
+                "timeout_seconds": 60,
+                "correlation": "/input/id",
+                "signal": {"name": "paid", "payload_version": "v1", "payload_schema": {}},
+            },
+        ],
+    }
+    namespace_id = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = 'acme'"))["id"]
+    definitions.publish_definition(database, namespace_id, doc, None, "t")
+    insert_instances(
+        database,
+        "acme",
+        "pay",
+        1,
+        [(f"w{i}", "RUNNING" if i % 10 == 0 else "SUCCEEDED", None) for i in range(INSTANCES)],
+    )
+    for i in range(20):
+        tenant.token("workflows:signal", queues=("inventory",), actor=f"a{i}")
+
+    def fill(tx):
+        now = tx.now()
+        instances_ = [row["id"] for row in tx.all("SELECT id FROM instances ORDER BY id")]
+        queue_id = tx.one("SELECT id FROM queues WHERE name = 'inventory'")["id"]
+        open_ = {instance_id for n, instance_id in enumerate(instances_) if n % 10 == 0}
+        tx.executemany(
+            "INSERT INTO step_activations (instance_id, step_key, step_index, activation_sequence, status,"
+            " activated_at, deadline_at) VALUES (%s, %s, %s, 1, %s, %s, %s)",
+            [(i, "reserve", 0, "SUCCEEDED", now, now) for i in instances_]
+            + [(i, "payment", 1, "ACTIVE" if i in open_ else "SUCCEEDED", now, now) for i in instances_],
+        )
+        activation = {
+            (row["instance_id"], row["step_key"]): row["id"]
+            for row in tx.all("SELECT id, instance_id, step_key FROM step_activations")
+        }
+        tx.executemany(
+            "INSERT INTO waits (instance_id, step_key, kind, name, payload_version, correlation, activation_id,"
+            " activation_sequence, status, deadline_at, created_at) VALUES (%s, 'payment', 'SIGNAL', 'paid', 'v1',"
+            " 'c', %s, 1, %s, %s, %s)",
+            [(i, activation[i, "payment"], "WAITING" if i in open_ else "SATISFIED", now, now) for i in instances_],
+        )
+        statuses = ("SUCCEEDED",) * 8 + ("QUEUED", "RUNNING")
+        tx.executemany(
+            "INSERT INTO tasks (namespace_id, queue_id, instance_id, activation_id, kind, status, attempt,"
+            " max_attempts, available_at, lease_expires_at, deadline_at, created_at)"
+            " VALUES (%s, %s, %s, %s, 'TASK', %s, 1, 3, %s, %s, %s, %s)",
+            [
+                (namespace_id, queue_id, i, activation[i, "reserve"], statuses[n % 10], now, now, now, now)
+                for n, i in enumerate(instances_)
+            ],
+        )
+        tx.executemany(
+            "INSERT INTO inbox_events (task_id, instance_id, outcome, completed_at, status, available_at)"
+            " SELECT id, instance_id, 'SUCCEEDED', %s, %s, %s FROM tasks WHERE instance_id = %s",
+            [(now, "PENDING" if i in open_ else "CONSUMED", now, i) for i in instances_],
+        )
+        tx.executemany(
+            "INSERT INTO checkpoints (instance_id, kind, wait_id, due_at, available_at, created_at)"
+            " VALUES (%s, %s, NULL, %s, %s, %s)",
+            [
+                (i, kind, now, now + timedelta(minutes=n), now)
+                for n, i in enumerate(instances_)
+                for kind in ("ROOT", "WAIT")
+            ],
+        )
+        tx.executemany(
+            "INSERT INTO signals (instance_id, name, payload_version, target_step_key, target_activation_sequence,"
+            " correlation, status, accepted_at, expires_at, available_at, created_at, idempotency_key)"
+            " VALUES (%s, 'paid', 'v1', 'payment', 1, 'c', %s, %s, %s, %s, %s, %s)",
+            [
+                (i, "PENDING" if i in open_ else "REJECTED", now, now + timedelta(days=1), now, now, f"k{n}")
+                for i in instances_
+                for n in range(SIGNALS_PER_INSTANCE)
+            ],
+        )
+        tx.execute(
+            "INSERT INTO events (instance_id, seq, type, at, data)"
+            " SELECT instance_id, id, 'SIGNAL_ACCEPTED', accepted_at, '{}' FROM signals"
+        )
+        tx.execute(
+            "INSERT INTO audit_records (namespace_id, instance_id, signal_id, actor, action, request_digest, at,"
+            " details) SELECT %s, instance_id, id, 'bot', 'signal.send', REPEAT('0', 64), accepted_at, '{}'"
+            " FROM signals",
+            (namespace_id,),
+        )
+        tx.executemany(
+            "INSERT INTO signal_quota_windows (application_id, window_start, used) VALUES (%s, %s, 1)",
+            [
+                (application, now.replace(microsecond=0) - timedelta(minutes=m))
+                for application in range(1, 26)
+                for m in range(20)
+            ],
+        )
+        tx.executemany(
+            "INSERT INTO console_sessions (session_sha256, credential_id, created_at, expires_at) VALUES (%s, %s, %s, %s)",
+            [(n.to_bytes(32, "big"), 1, now, now + timedelta(minutes=n)) for n in range(200)],
+        )
+        tx.execute(
+            "ANALYZE TABLE console_sessions, instances, step_activations, waits, tasks, inbox_events, checkpoints, signals, events,"
+            " audit_records, signal_quota_windows, credentials, queues, definitions"
+        )
+        instance_id = instances_[500]  # a running one
+        return {
+            "namespace": namespace_id,
+            "queue": queue_id,
+            "instance": instance_id,
+            "workflow": tx.one("SELECT workflow_id FROM instances WHERE id = %s", (instance_id,))["workflow_id"],
+            "activation": activation[instance_id, "payment"],
+            "wait": tx.one("SELECT id FROM waits WHERE instance_id = %s", (instance_id,))["id"],
+            "task": tx.one("SELECT id FROM tasks WHERE instance_id = %s", (instance_id,))["id"],
+            "inbox": tx.one("SELECT id FROM inbox_events WHERE instance_id = %s", (instance_id,))["id"],
+            "checkpoint": tx.one("SELECT id FROM checkpoints WHERE instance_id = %s LIMIT 1", (instance_id,))["id"],
+            "signal": tx.one("SELECT id FROM signals WHERE instance_id = %s LIMIT 1", (instance_id,))["id"],
+            "token": tx.one("SELECT token_sha256 FROM credentials LIMIT 1")["token_sha256"],
+            "credential": tx.one("SELECT id FROM credentials LIMIT 1")["id"],
+            "application": tx.one("SELECT id FROM applications LIMIT 1")["id"],
+            "now": now,
+        }
+
+    return database.run(fill)
+
+
+def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
+    """`module.NAME` -> (statement, parameters) of every statement on a hot path, with the ids of
+    `crowded` rows (any ids will do to list the names)."""
+    from weave.sql import activations, audit, checkpoints, inbox, signals, tasks, timeline, waits
+
+    now, instance, activation = ids["now"], ids["instance"], ids["activation"]
+    task, signal, wait = ids["task"], ids["signal"], ids["wait"]
+    facts = {"instance": instance, "key": "k1", "step": "payment"}
+    statements = {
+        # authentication, every request
+        "tenancy.SELECT_CURRENT_CREDENTIAL": (tenancy.SELECT_CURRENT_CREDENTIAL, (ids["token"],)),
+        "tenancy.SELECT_IDENTITY": (tenancy.SELECT_IDENTITY, (ids["credential"],)),
+        # signal acceptance: quota, then send_signal
+        "signals.USED_IN_WINDOW": (signals.USED_IN_WINDOW, (ids["application"], now.replace(microsecond=0))),
+        "signals.FORGET_OLD_WINDOWS": (signals.FORGET_OLD_WINDOWS, (ids["application"], now.replace(microsecond=0))),
+        "signals.SELECT_TARGET_INSTANCE_AND_KEY": (
+            signals.SELECT_TARGET_INSTANCE_AND_KEY,
+            ("k1", ids["namespace"], ids["workflow"]),
+        ),
+        "definitions.SELECT_DOCUMENT": (definitions.SELECT_DOCUMENT, (1,)),
+        "signals.SELECT_BY_IDEMPOTENCY_KEY": (signals.SELECT_BY_IDEMPOTENCY_KEY, (instance, "k1")),
+        "signals.LOCK_QUEUES_SHARED": (signals.LOCK_QUEUES_SHARED, (ids["namespace"], ("inventory",))),
+        "instances.MARK_DECIDING": (instances.MARK_DECIDING, (instance,)),
+        "instances.COUNT_STORED_SIGNAL": (instances.COUNT_STORED_SIGNAL, (instance,)),
+        "signals.FACTS_UNDER_LOCK": (signals.FACTS_UNDER_LOCK, facts),
+        "events.APPEND_EVENT": (events.APPEND_EVENT, (instance, "X", now, "{}", instance)),
+        # the scanner: candidates of each source, and the lag and counts its metrics read
+        "checkpoints.DUE_CHECKPOINTS": (checkpoints.DUE_CHECKPOINTS, (now, 100)),
+        "checkpoints.COUNT_DUE": (checkpoints.COUNT_DUE, (now,)),
+        "inbox.DUE_INBOX_EVENTS": (inbox.DUE_INBOX_EVENTS, (now, 100)),
+        "inbox.COUNT_DUE": (inbox.COUNT_DUE, (now,)),
+        "signals.DUE_EXPIRIES": (signals.DUE_EXPIRIES, (now, now, 100)),
+        "signals.COUNT_DUE_EXPIRIES": (signals.COUNT_DUE_EXPIRIES, (now, now)),
+        "tasks.SELECT_EXPIRED_LEASES": (tasks.SELECT_EXPIRED_LEASES, (now, 100)),
+        "instances.NEEDS_REVIEW_BY_NAMESPACE": (instances.NEEDS_REVIEW_BY_NAMESPACE, ()),
+        # process_checkpoint, and what advancing an instance reads and writes
+        "checkpoints.CLAIM_CHECKPOINT": (checkpoints.CLAIM_CHECKPOINT, (ids["checkpoint"],)),
+        "checkpoints.DELETE_CHECKPOINT": (checkpoints.DELETE_CHECKPOINT, (ids["checkpoint"],)),
+        "instances.LOCK_INSTANCE": (instances.LOCK_INSTANCE, (instance,)),
+        "instances.UPDATE_INSTANCE_STATE": (
+            instances.UPDATE_INSTANCE_STATE,
+            ("RUNNING", "OPEN", None, now, instance, "RUNNING", "OPEN"),
+        ),
+        "activations.SELECT_ACTIVATIONS": (activations.SELECT_ACTIVATIONS, (instance,)),
+        "activations.LOCK_ACTIVATION": (activations.LOCK_ACTIVATION, (activation,)),
+        "activations.SELECT_UNENDED_IDS": (activations.SELECT_UNENDED_IDS, (instance,)),
+        "activations.SETTLE_ACTIVATION": (
+            activations.SETTLE_ACTIVATION,
+            ("SUCCEEDED", "{}", None, now, activation, "ACTIVE"),
+        ),
+        "instances.SELECT_STEP_RESULTS": (instances.SELECT_STEP_RESULTS, (instance,)),
+        "tasks.SELECT_QUEUE_ID": (tasks.SELECT_QUEUE_ID, (ids["namespace"], "inventory")),
+        # consume_wait: the wait, its generation's signals, the winner's proof
+        "waits.SELECT_WAIT_STATUS": (waits.SELECT_WAIT_STATUS, (wait,)),
+        "waits.LOCK_WAIT": (waits.LOCK_WAIT, (wait,)),
+        "waits.LOCK_WAIT_OF_ACTIVATION": (waits.LOCK_WAIT_OF_ACTIVATION, (activation,)),
+        "waits.SATISFY_WAIT": (waits.SATISFY_WAIT, (signal, now, wait)),
+        "waits.SETTLE_WAIT": (waits.SETTLE_WAIT, ("EXPIRED", now, wait)),
+        "waits.SUPERSEDE_WAIT": (waits.SUPERSEDE_WAIT, (now, wait)),
+        "waits.SELECT_WAITING_FOR_GENERATION": (waits.SELECT_WAITING_FOR_GENERATION, (instance, "payment", 1)),
+        "waits.LOCK_WAITING_OF_INSTANCE": (waits.LOCK_WAITING_OF_INSTANCE, (instance,)),
+        "signals.LOCK_PENDING_OF_WAIT": (signals.LOCK_PENDING_OF_WAIT, (wait,)),
+        "signals.REJECT_SIGNAL": (signals.REJECT_SIGNAL, ("WAIT_SETTLED", now, signal)),
+        "signals.CONSUME_SIGNAL": (signals.CONSUME_SIGNAL, (wait, now, now, signal)),
+        "signals.REJECT_PENDING_OF_GENERATION": (
+            signals.REJECT_PENDING_OF_GENERATION,
+            ("STEP_SETTLED", now, instance, "payment", 1),
+        ),
+        "signals.REJECT_PENDING_OF_INSTANCE": (signals.REJECT_PENDING_OF_INSTANCE, ("INSTANCE_SETTLED", now, instance)),
+        "signals.SELECT_PAYLOAD": (signals.SELECT_PAYLOAD, (signal,)),
+        "audit.SELECT_ACCEPTANCE_DIGEST": (audit.SELECT_ACCEPTANCE_DIGEST, (signal, instance)),
+        # expiry of unmatched signals
+        "signals.SELECT_SIGNAL_INSTANCE": (signals.SELECT_SIGNAL_INSTANCE, (signal,)),
+        "signals.LOCK_PENDING_SIGNAL": (signals.LOCK_PENDING_SIGNAL, (signal,)),
+        "signals.EXPIRE_SIGNAL": (signals.EXPIRE_SIGNAL, (now, signal)),
+        "signals.LOOK_AGAIN_AT": (signals.LOOK_AGAIN_AT, (now, signal)),
+        # inbox events
+        "inbox.CLAIM_INBOX_EVENT": (inbox.CLAIM_INBOX_EVENT, (ids["inbox"],)),
+        "inbox.MARK_CONSUMED": (inbox.MARK_CONSUMED, (now, ids["inbox"])),
+        "inbox.CLAIM_OF_TASK": (inbox.CLAIM_OF_TASK, (task,)),
+        # tasks: claim, heartbeat, complete, lease expiry, POLL rounds
+        "tasks.LOCK_QUEUE_BY_NAME": (tasks.LOCK_QUEUE_BY_NAME, (ids["namespace"], "inventory")),
+        "tasks.CLAIM_NEXT_TASK": (tasks.CLAIM_NEXT_TASK, (ids["queue"], now)),
+        "tasks.START_TASK": (tasks.START_TASK, ("t" * 32, now, "w", task)),
+        "tasks.TAKE_PERMIT": (tasks.TAKE_PERMIT, (ids["queue"],)),
+        "tasks.SELECT_STARTED_WITH_TOKEN": (tasks.SELECT_STARTED_WITH_TOKEN, (ids["queue"], "t" * 32)),
+        "tasks.SELECT_TASK_CONTEXT": (tasks.SELECT_TASK_CONTEXT, (activation,)),
+        "tasks.SELECT_TASK_QUEUE": (tasks.SELECT_TASK_QUEUE, (task, ids["namespace"])),
+        "tasks.LOCK_QUEUE": (tasks.LOCK_QUEUE, (ids["queue"],)),
+        "tasks.LOCK_TASK": (tasks.LOCK_TASK, (task,)),
+        "tasks.LOCK_TASK_SKIP_LOCKED": (tasks.LOCK_TASK_SKIP_LOCKED, (task,)),
+        "tasks.EXTEND_LEASE": (tasks.EXTEND_LEASE, (now, task, "t" * 32)),
+        "tasks.SELECT_REPORT": (tasks.SELECT_REPORT, (task,)),
+        "tasks.SETTLE_TASK": (tasks.SETTLE_TASK, ("SUCCEEDED", "{}", None, now, task)),
+        "tasks.REQUEUE_TASK": (tasks.REQUEUE_TASK, (now, None, task)),
+        "tasks.RELEASE_PERMIT": (tasks.RELEASE_PERMIT, (ids["queue"],)),
+        "tasks.REQUEST_CANCEL": (tasks.REQUEST_CANCEL, (task,)),
+        "tasks.LOCK_OPEN_TASKS_OF_ACTIVATION": (tasks.LOCK_OPEN_TASKS_OF_ACTIVATION, (activation,)),
+        "tasks.SELECT_NEWEST_TASK": (tasks.SELECT_NEWEST_TASK, (activation,)),
+        "tasks.SELECT_TASK": (tasks.SELECT_TASK, (task,)),
+        "tasks.LOCK_CURRENT_ROUND": (tasks.LOCK_CURRENT_ROUND, (activation,)),
+        # workflow start and read (read_facts)
+        "instances.SELECT_INSTANCE": (instances.SELECT_INSTANCE, (ids["namespace"], ids["workflow"])),
+        "instances.SELECT_ADDRESSED_INSTANCE": (
+            instances.SELECT_ADDRESSED_INSTANCE,
+            (ids["namespace"], ids["workflow"]),
+        ),
+        "instances.SELECT_LATEST_ACTIVATIONS": (instances.SELECT_LATEST_ACTIVATIONS, (instance,)),
+        "instances.SELECT_ACTIVATION_TASKS": (instances.SELECT_ACTIVATION_TASKS, ((activation, activation + 1),)),
+        "instances.SELECT_ACTIVATION_WAITS": (instances.SELECT_ACTIVATION_WAITS, ((activation, activation + 1),)),
+        "definitions.SELECT_VERSION": (definitions.SELECT_VERSION, (ids["namespace"], "pay", 1)),
+        "definitions.SELECT_LATEST": (definitions.SELECT_LATEST, (ids["namespace"], "pay")),
+        # reads of one workflow, its signals and history (API and console)
+        "signals.SELECT_SIGNAL": (signals.SELECT_SIGNAL, (instance, signal)),
+        "signals.SELECT_SIGNAL_PAGE": (signals.SELECT_SIGNAL_PAGE, (instance, 0, 100)),
+        "signals.SELECT_SIGNAL_PAGE_BY_STATUS": (signals.SELECT_SIGNAL_PAGE_BY_STATUS, (instance, "PENDING", 0, 100)),
+        "events.SELECT_EVENTS_PAGE": (events.SELECT_EVENTS_PAGE, (instance, 0, 100)),
+        "timeline.SELECT_ACTIVATIONS": (timeline.SELECT_ACTIVATIONS, (instance,)),
+        "timeline.SELECT_WAITS": (timeline.SELECT_WAITS, (instance,)),
+        "timeline.SELECT_TASKS": (timeline.SELECT_TASKS, ((activation, activation + 1),)),
+        # the workflow list's grants check (its pages: test_workflow_list_queries_use_their_indexes)
+        "definitions.SELECT_QUEUE_NAMES": (definitions.SELECT_QUEUE_NAMES, (ids["namespace"],)),
+        "definitions.SELECT_VERSIONS_OF_NAME": (definitions.SELECT_VERSIONS_OF_NAME, (ids["namespace"], "pay")),
+        "definitions.SELECT_EVERY_VERSION": (definitions.SELECT_EVERY_VERSION, (ids["namespace"],)),
+        # console sessions, every console page
+        "sessions.SELECT_SESSION_TOKEN": (sessions.SELECT_SESSION_TOKEN, ((5).to_bytes(32, "big"), now)),
+        "sessions.LOCK_SESSION": (sessions.LOCK_SESSION, ((5).to_bytes(32, "big"),)),
+        "sessions.DELETE_SESSION": (sessions.DELETE_SESSION, (1,)),
+        "sessions.DELETE_EXPIRED": (sessions.DELETE_EXPIRED, (now, 100)),
+    }
+    # Each scanner source's backoff after a failed try (K2): its lock and its record.
+    for name, module in (("checkpoints", checkpoints), ("inbox", inbox), ("signals", signals)):
+        row = {"checkpoints": ids["checkpoint"], "inbox": ids["inbox"], "signals": signal}[name]
+        statements[f"{name}.FAILURES.lock"] = (module.FAILURES.lock, (row,))
+        statements[f"{name}.FAILURES.record"] = (module.FAILURES.record, ("boom", now, row))
+    return statements
+
+
+# Statements that no request or scanner batch runs: operators' commands (namespaces, queues,
+# applications, credentials) and publishing a definition.
+COLD = {
+    "tenancy.SELECT_NAMESPACE",
+    "tenancy.SELECT_QUEUE",
+    "tenancy.SELECT_APPLICATION",
+    "tenancy.UPDATE_APPLICATION_STATUS",
+    "tenancy.SELECT_CREDENTIAL_IN_NAMESPACE",
+    "tenancy.REVOKE_CREDENTIAL",
+    "definitions.LOCK_NAMESPACE",
+}
+# Tested with the workflow list's own rows (test_workflow_list_queries_use_their_indexes).
+LISTED_ELSEWHERE = {
+    "instances.SELECT_NEWEST",
+    "instances.SELECT_NEWEST_BY_STATUS",
+    "instances.SELECT_NEWEST_OF_VERSION",
+    "instances.SELECT_NEWEST_OF_VERSION_BY_STATUS",
+}
+# The index each scanner source and the task claim must range over (a plan may change its mind
+# about the rest as long as it uses some index).
+EXPECTED_KEYS = {
+    "checkpoints.DUE_CHECKPOINTS": ("checkpoints", "ix_checkpoints_available"),
+    "inbox.DUE_INBOX_EVENTS": ("inbox_events", "ix_inbox_available"),
+    "signals.DUE_EXPIRIES": ("signals", "ix_signals_expiry"),
+    "tasks.SELECT_EXPIRED_LEASES": ("tasks", "ix_tasks_lease"),
+    "tasks.CLAIM_NEXT_TASK": ("tasks", "ix_tasks_claim"),
+    "tenancy.SELECT_CURRENT_CREDENTIAL": ("c", "uq_credentials_token"),
+    "signals.SELECT_TARGET_INSTANCE_AND_KEY": ("s", "uq_signals_idempotency"),
+    "audit.SELECT_ACCEPTANCE_DIGEST": ("audit_records", "ix_audit_signal"),
+}
+# One row per namespace by design (the metrics' review gauge): each reads its count from an index.
+WHOLE_BY_DESIGN = {("instances.NEEDS_REVIEW_BY_NAMESPACE", "n")}
+
+
+def sql_statements() -> dict[str, str]:
+    """`module.NAME` -> text of every statement sql/ defines as a module constant (a scanner
+    source's backoff `Source` holds two: `.lock` and `.record`)."""
+    import importlib
+    import pkgutil
+    import re
+
+    import weave.sql
+    from weave.sql.backoff import Source
+
+    found = {}
+    for info in pkgutil.iter_modules(weave.sql.__path__):
+        module = importlib.import_module(f"weave.sql.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, Source):
+                found[f"{info.name}.{name}.lock"], found[f"{info.name}.{name}.record"] = value.lock, value.record
+            elif name.isupper() and isinstance(value, str) and re.match(r"\s*(SELECT|INSERT|UPDATE|DELETE)\b", value):
+                found[f"{info.name}.{name}"] = value
+    return found
+
+
+def reads_nothing(text: str) -> bool:
+    """An INSERT … VALUES reads no table (EXPLAIN shows it as ALL all the same); ON DUPLICATE KEY
+    finds its row by the unique key it collided with."""
+    return text.lstrip().upper().startswith("INSERT") and "SELECT" not in text.upper()
+
+
+def test_every_statement_of_sql_is_explained_or_listed_as_cold():
+    """A statement added to sql/ must join `hot_statements` (or COLD); a removed one must leave it."""
+    statements = sql_statements()
+    explained = set(hot_statements({"now": datetime(2026, 1, 1), "token": b"t" * 32} | dict.fromkeys(IDS, 1)))
+    writes = {name for name, text in statements.items() if reads_nothing(text)}
+    assert sorted(set(statements) - explained - COLD - LISTED_ELSEWHERE - writes) == []
+    assert sorted((explained | COLD | LISTED_ELSEWHERE) - set(statements)) == []
+
+
+IDS = ("namespace", "queue", "instance", "workflow", "activation", "wait", "task", "inbox", "checkpoint", "signal")
+IDS += ("credential", "application")
+
+
+def full_scans(plan: list[dict]) -> list[dict]:
+    """Plan rows that read a whole table (ALL) or a whole index (`index`) of a stored table."""
+    return [row for row in plan if row["type"] in ("ALL", "index") and not (row["table"] or "<").startswith("<")]
+
+
+def test_every_hot_path_statement_reads_through_an_index(crowded, database):
+    plans = {name: explain(database, sql, params) for name, (sql, params) in hot_statements(crowded).items()}
+    if os.environ.get("WEAVE_SHOW_PLANS"):
+        for name, plan in plans.items():
+            print(name, [(r["table"], r["type"], r["key"], r["rows"], r["Extra"]) for r in plan])
+    scans = {
+        name: [row for row in full_scans(plan) if (name, row["table"]) not in WHOLE_BY_DESIGN]
+        for name, plan in plans.items()
+    }
+    assert {name: rows for name, rows in scans.items() if rows} == {}
+    for name, (table, key) in EXPECTED_KEYS.items():
+        assert (table, key) in keys_used(plans[name]), (name, plans[name])
