@@ -327,7 +327,8 @@ WHERE instance_id = %s AND status = 'PENDING'
 
 
 # The generation of a wait the unit has just locked (the join re-reads that row under its own lock),
-# with each signal's acceptance digest (S1.12) from its audit record.
+# with each signal's acceptance digest (S1.12) from its audit record. The index is named: left to
+# itself the planner may read the whole instance (up to 1,024 signals) through uq_signals_idempotency.
 LOCK_PENDING_OF_WAIT = (
     """
 SELECT s.id, s.name, s.payload_version, s.correlation, s.payload, s.payload_present, s.accepted_at, s.request_digest,
@@ -336,7 +337,7 @@ SELECT s.id, s.name, s.payload_version, s.correlation, s.payload, s.payload_pres
     + audit.ACCEPTANCE_DIGEST_OF_SIGNAL_ROW
     + """ AS recorded_digest
 FROM waits w
-JOIN signals s ON s.instance_id = w.instance_id AND s.target_step_key = w.step_key
+JOIN signals s FORCE INDEX (ix_signals_generation) ON s.instance_id = w.instance_id AND s.target_step_key = w.step_key
               AND s.target_activation_sequence = w.activation_sequence AND s.status = 'PENDING'
 WHERE w.id = %s
 ORDER BY s.accepted_at, s.id
