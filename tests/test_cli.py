@@ -342,6 +342,8 @@ def test_body_cap_comes_from_the_environment_or_the_default(monkeypatch):
             ("scan", "--idle-seconds", "soon"),
             "argument --idle-seconds: 'soon': must be a number of seconds from 0 to 3600",
         ),
+        (("scan", "--threads", "0"), "argument --threads: '0': must be a whole number from 1 to 32"),
+        (("scan", "--threads", "33"), "argument --threads: '33': must be a whole number from 1 to 32"),
     ],
 )
 def test_server_and_scanner_numbers_are_checked_too(monkeypatch, capsys, argv, reason):

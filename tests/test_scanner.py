@@ -29,6 +29,14 @@ def due_checkpoints(flow):
     return flow.rows("SELECT COUNT(*) AS n FROM checkpoints WHERE available_at <= UTC_TIMESTAMP(6)")[0]["n"]
 
 
+def activations_and_tasks_per_instance(flow) -> list[dict]:
+    return flow.rows(
+        "SELECT i.id, COUNT(DISTINCT a.id) AS activations, COUNT(DISTINCT t.id) AS tasks "
+        "FROM instances i LEFT JOIN step_activations a ON a.instance_id = i.id "
+        "LEFT JOIN tasks t ON t.instance_id = i.id GROUP BY i.id"
+    )
+
+
 def test_k1_two_scanner_processes_process_every_candidate_exactly_once(flow, database, clock, config):
     use_real_time(database, clock)
     start_backlog(flow, database, 300, task_steps("work"))
@@ -37,14 +45,26 @@ def test_k1_two_scanner_processes_process_every_candidate_exactly_once(flow, dat
     done = [n for _, n in results]
     assert sum(done) == 300, done
     assert all(n > 0 for n in done), done  # both processes took a share
-    per_instance = flow.rows(
-        "SELECT i.id, COUNT(DISTINCT a.id) AS activations, COUNT(DISTINCT t.id) AS tasks "
-        "FROM instances i LEFT JOIN step_activations a ON a.instance_id = i.id "
-        "LEFT JOIN tasks t ON t.instance_id = i.id GROUP BY i.id"
-    )
+    per_instance = activations_and_tasks_per_instance(flow)
     assert len(per_instance) == 300
     assert {(r["activations"], r["tasks"]) for r in per_instance} == {(1, 1)}
     assert flow.rows("SELECT COUNT(*) AS n FROM events WHERE type = 'STEP_ACTIVATED'")[0]["n"] == 300
+
+
+def test_k1_one_scanner_with_threads_processes_every_candidate_exactly_once(flow, database, clock):
+    """`weave scan --threads N`: the threads of one process share a batch like scanner processes do."""
+    use_real_time(database, clock)
+    start_backlog(flow, database, 250, task_steps("work"))
+    scanner = Scanner(database, threads=4)
+    reports = [scanner.run_once() for _ in range(3)]
+    assert [(r.candidates, r.done, r.skipped, r.failed) for r in reports] == [
+        (100, 100, 0, 0),
+        (100, 100, 0, 0),
+        (50, 50, 0, 0),
+    ]
+    assert scanner.run_once().candidates == 0
+    per_instance = activations_and_tasks_per_instance(flow)
+    assert len(per_instance) == 250 and {(r["activations"], r["tasks"]) for r in per_instance} == {(1, 1)}
 
 
 def check_consistency(flow):
