@@ -22,6 +22,7 @@ import json
 import os
 import pwd
 import random
+import re
 import shutil
 import signal
 import socket
@@ -1575,12 +1576,23 @@ def load_stored_signals(bench: Bench, prefix: str, instances: int, per_instance:
     return workflow_ids
 
 
+PURGE_SETTLED = 1000  # undo records of committed transactions left for InnoDB's purge threads
+
+
+def _purge_backlog(cur) -> int:
+    """InnoDB's history list length: what its purge threads still have to clean up."""
+    cur.execute("SHOW ENGINE INNODB STATUS")
+    status = cur.fetchone()["Status"]
+    found = re.search(r"History list length (\d+)", status)
+    return int(found.group(1)) if found else 0
+
+
 def _settled(bench: Bench, most_seconds: float = 120.0) -> float:
-    """After a load: fresh optimizer statistics, and the loaded pages written out, so that neither
-    InnoDB's flushing nor its checkpoint pressure competes with what is measured next. MariaDB's
-    page cleaner leaves dirty pages alone until the redo log presses, so the bench's own server is
-    told to flush everything now (`innodb_max_dirty_pages_pct = 0`), then set back. Returns the
-    seconds it took."""
+    """After a load: fresh optimizer statistics, the loaded pages written out and the load's undo
+    purged, so that neither InnoDB's flushing, its checkpoint pressure nor its purge threads compete
+    with what is measured next. MariaDB's page cleaner leaves dirty pages alone until the redo log
+    presses, so the bench's own server is told to flush everything now
+    (`innodb_max_dirty_pages_pct = 0`), then set back. Returns the seconds it took."""
     started = time.monotonic()
     conn = connect(bench.url, autocommit=True)
     try:
@@ -1595,7 +1607,8 @@ def _settled(bench: Bench, most_seconds: float = 120.0) -> float:
         try:
             while time.monotonic() - started < most_seconds:
                 cur.execute("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")
-                if int(cur.fetchone()["Value"]) <= 100:
+                dirty = int(cur.fetchone()["Value"])
+                if dirty <= 100 and _purge_backlog(cur) <= PURGE_SETTLED:
                     break
                 time.sleep(0.5)
         finally:
