@@ -676,6 +676,27 @@ def _signal_row(instance_id: int, key: str, digest: str, now, deadline_at, recei
     )
 
 
+def _on_connections(
+    bench: Bench, send_one, targets: list[str], warm_up: str, per_client: int, latencies: list, label: str
+):
+    """(prepare, send) for `run_threads` of a sender on bare PyMySQL connections, one per client:
+    `send_one(cursor, workflow_id, key)` sends one signal and answers its seconds."""
+    connections: dict[int, object] = {}
+
+    def prepare(i):
+        connections[i] = connect(bench.url)
+        for n in range(WARM_UP_SIGNALS):
+            send_one(connections[i].cursor(), warm_up, f"{label}-warm-c{i}-{n}")
+
+    def send(i):
+        cur = connections[i].cursor()
+        for n in range(per_client):
+            latencies.append(send_one(cur, targets[(i * per_client + n) % len(targets)], f"{label}-c{i}-{n}"))
+        connections[i].close()
+
+    return prepare, send
+
+
 def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list):
     """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal, in
     the same round trips (`weave.db.Tx` sends queued writes with the next statement or COMMIT),
@@ -686,7 +707,6 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
     from weave.sql import signals as sig_sql
 
     body = _signal_body("o")
-    connections: dict[int, object] = {}
 
     def send_one(cur, workflow_id: str, key: str) -> float:
         started = time.perf_counter()
@@ -726,18 +746,7 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
             pass
         return time.perf_counter() - started
 
-    def prepare(i):
-        connections[i] = connect(bench.url)
-        for n in range(WARM_UP_SIGNALS):
-            send_one(connections[i].cursor(), warm_up, f"raw-warm-c{i}-{n}")
-
-    def send(i):
-        cur = connections[i].cursor()
-        for n in range(per_client):
-            latencies.append(send_one(cur, targets[(i * per_client + n) % len(targets)], f"raw-c{i}-{n}"))
-        connections[i].close()
-
-    return prepare, send
+    return _on_connections(bench, send_one, targets, warm_up, per_client, latencies, "raw")
 
 
 # The lean floor (issue 17, target 1): the durable work of accepting one signal as the issue
@@ -797,7 +806,6 @@ def _floor_sender(bench: Bench, targets: list[str], warm_up: str, per_client: in
     insert_receipt = "INSERT INTO floor_receipts (signal_id, body) VALUES (%s, %s)"
     append_event = event_sql.APPEND_EVENT.replace("events", "floor_events")
     insert_audit = audit_sql.INSERT_AUDIT.replace("INSERT INTO audit_records", "INSERT INTO floor_audit")
-    connections: dict[int, object] = {}
 
     def send_one(cur, workflow_id: str, key: str) -> float:
         started = time.perf_counter()
@@ -819,21 +827,10 @@ def _floor_sender(bench: Bench, targets: list[str], warm_up: str, per_client: in
         cur.connection.commit()
         return time.perf_counter() - started
 
-    def prepare(i):
-        connections[i] = connect(bench.url)
-        for n in range(WARM_UP_SIGNALS):
-            send_one(connections[i].cursor(), warm_up, f"floor-warm-c{i}-{n}")
-
-    def send(i):
-        cur = connections[i].cursor()
-        for n in range(per_client):
-            latencies.append(send_one(cur, targets[(i * per_client + n) % len(targets)], f"floor-c{i}-{n}"))
-        connections[i].close()
-
     # The floor's own instances, untimed (every run's workflow ids are fresh).
     rows = [(bench.namespace_id, workflow_id, deadline) for workflow_id in (*targets, warm_up)]
     bench.database.run(lambda tx: tx.executemany(FLOOR_INSTANCE, rows))
-    return prepare, send
+    return _on_connections(bench, send_one, targets, warm_up, per_client, latencies, "floor")
 
 
 def _signal_run(bench: Bench, sender, targets: int, clients: int, per_client: int, run: str) -> tuple:

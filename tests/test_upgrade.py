@@ -1,6 +1,7 @@
 """M2, M3: the signal-identity migration upgrades a database filled at the previous schema version;
 S1.12: so does the migration that gives audit records their signal_id (0007)."""
 
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import falcon.testing
@@ -284,13 +285,7 @@ def test_s1_12_a_signal_accepted_before_the_upgrade_is_consumed_after_it(scratch
     taken away (0007 rolled back: the previous schema, with what Weave wrote then) and the upgrade
     applied; the consumer finds the acceptance proof and the workflow goes on."""
     url = scratch_database("audit_flow")
-    migrate.ensure_database(url)
-    migrate.apply(url)
-    database = Database(url)
-    try:
-        tenant = make_tenant(database, "acme", {"inventory": 4, "carrier": 2})
-        flow = Flow(falcon.testing.TestClient(create_app(Config(url.yoyo_url()), database)), tenant, database)
-        flow.publish(signal_flow_definition())
+    with migrated_flow(url) as flow:
         flow.start("order-1", input={"order_id": "o-1"})
         flow.scan()
         flow.finish_task()  # reserve: the payment step now waits
@@ -309,6 +304,20 @@ def test_s1_12_a_signal_accepted_before_the_upgrade_is_consumed_after_it(scratch
         assert workflow["status"] == "RUNNING" and workflow["review_reason"] is None
         assert [s["status"] for s in workflow["steps"]] == ["SUCCEEDED", "SUCCEEDED", "ACTIVE"]
         assert flow.signal("order-1", sent.json["signal_id"]).json["status"] == "CONSUMED"
+
+
+@contextmanager
+def migrated_flow(url):
+    """A Flow (the API in process and the scanner) on the database at `url`, migrated to the newest
+    version, with a tenant and the signal flow's definition published."""
+    migrate.ensure_database(url)
+    migrate.apply(url)
+    database = Database(url)
+    try:
+        tenant = make_tenant(database, "acme", {"inventory": 4, "carrier": 2})
+        flow = Flow(falcon.testing.TestClient(create_app(Config(url.yoyo_url()), database)), tenant, database)
+        flow.publish(signal_flow_definition())
+        yield flow
     finally:
         database.close()
 
@@ -328,13 +337,7 @@ def test_s1_6_the_signal_count_migration_counts_the_signals_stored_before_it(scr
     """0010: instances get `signals_stored`, filled from their rows; the fill can run again (a
     crash before yoyo records the migration) and gives the same counts; acceptance goes on from it."""
     url = scratch_database("signal_count")
-    migrate.ensure_database(url)
-    migrate.apply(url)
-    database = Database(url)
-    try:
-        tenant = make_tenant(database, "acme", {"inventory": 4, "carrier": 2})
-        flow = Flow(falcon.testing.TestClient(create_app(Config(url.yoyo_url()), database)), tenant, database)
-        flow.publish(signal_flow_definition())
+    with migrated_flow(url) as flow:
         for workflow_id, sends in (("order-1", 3), ("order-2", 1), ("order-3", 0)):
             flow.start(workflow_id, input={"order_id": workflow_id})
             for i in range(sends):
@@ -358,5 +361,3 @@ def test_s1_6_the_signal_count_migration_counts_the_signals_stored_before_it(scr
         assert flow.rows(stored) == expected
         assert flow.send("order-3", "k-0", payment()).status_code == 201
         assert flow.rows(stored)[2]["signals_stored"] == 1
-    finally:
-        database.close()
