@@ -43,20 +43,20 @@ def record(
 
 
 # By the signal's key (index ix_audit_signal); the instance and the action are checked as well, so
-# that only the signal's own acceptance record, written by the same unit as the signal, counts.
-SELECT_ACCEPTANCE_DIGEST = """
-SELECT request_digest FROM audit_records
-WHERE signal_id = %s AND instance_id = %s AND action = 'signal.send'
-ORDER BY id LIMIT 1
-"""
+# that only the signal's own acceptance record, written by the same unit as the signal, counts. The
+# index is named: as a dependent subquery the planner may prefer ix_audit_instance for its id order,
+# which reads every record of the instance; ix_audit_signal's entries are in id order too.
+def _acceptance_digest_of(signal_id: str, instance_id: str) -> str:
+    """The statement, for the signal and instance that `signal_id` and `instance_id` name (SQL
+    expressions written here, never input)."""
+    return f"""SELECT request_digest FROM audit_records FORCE INDEX (ix_audit_signal)
+WHERE signal_id = {signal_id} AND instance_id = {instance_id} AND action = 'signal.send'
+ORDER BY id LIMIT 1"""
+
+
+SELECT_ACCEPTANCE_DIGEST = _acceptance_digest_of("%s", "%s")
 # The same, as a column of a read of signal rows `s` (a subquery in the select list: read, not locked).
-# The index is named: as a dependent subquery the planner may prefer ix_audit_instance for its id
-# order, which reads every record of the instance; ix_audit_signal's entries are in id order too.
-ACCEPTANCE_DIGEST_OF_SIGNAL_ROW = """
-(SELECT ar.request_digest FROM audit_records ar FORCE INDEX (ix_audit_signal)
- WHERE ar.signal_id = s.id AND ar.instance_id = s.instance_id AND ar.action = 'signal.send'
- ORDER BY ar.id LIMIT 1)
-"""
+ACCEPTANCE_DIGEST_OF_SIGNAL_ROW = "(" + _acceptance_digest_of("s.id", "s.instance_id") + ")"
 
 
 def acceptance_digest(tx: Tx, instance_id: int, signal_id: int) -> str | None:

@@ -137,7 +137,7 @@ def test_signal_queries_use_their_indexes(populated, clock):
     # ≤1024), the acceptance record by the signal's key.
     assert ("w", "PRIMARY") in keys_used(matching)
     assert {key for key in keys_used(matching) if key[0] == "s"} == {("s", "ix_signals_generation")}
-    assert ("ar", "ix_audit_signal") in keys_used(matching)
+    assert ("audit_records", "ix_audit_signal") in keys_used(matching)
     for page in (
         explain(database, signals.SELECT_SIGNAL_PAGE, (instance_id, 0, 50)),
         explain(database, signals.SELECT_SIGNAL_PAGE_BY_STATUS, (instance_id, "PENDING", 0, 50)),
