@@ -205,7 +205,7 @@ class DatabaseUrl:
 
     def yoyo_url(self) -> str:
         """For yoyo, which knows one host: the first."""
-        return DatabaseUrl(self.host, self.port, self.user, self.password, self.database).url()
+        return replace(self, more_hosts=()).url()
 
 
 def _host_and_port(item: str) -> tuple[str, int]:
@@ -376,7 +376,7 @@ class Tx:
         """Run several (sql, params) reads in order in one round trip (after the queued writes);
         the rows of each. For locking reads that follow the global lock order, whose later
         statements need nothing from the earlier ones' answers but their locks."""
-        statements = [*self._take_queued()]
+        statements = self._take_queued()
         first = len(statements)
         statements += [(self.cursor.mogrify(sql, params), None) for sql, params in reads]
         rows: list[list[dict]] = []
