@@ -611,13 +611,11 @@ def _http_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int
     return prepare, send
 
 
-def _acceptance_rows(workflow_id: str, key: str, digest: str, signal_id: int, now, deadline_at) -> tuple:
-    """What `send_signal` writes for the bench's signal, built the same way: the receipt's stored
-    rest, the event data and the audit details."""
+def _receipt_rest(workflow_id: str, key: str, digest: str, now, deadline_at) -> str:
+    """The receipt's stored rest that `send_signal` writes for the bench's signal, built the same way."""
     from weave.times import rfc3339
 
-    body = _signal_body("o")
-    receipt_rest = jsontext.compact(
+    return jsontext.compact(
         {
             "workflow_id": workflow_id,
             "status": "PENDING",
@@ -628,9 +626,15 @@ def _acceptance_rows(workflow_id: str, key: str, digest: str, signal_id: int, no
             "request_digest": digest,
         }
     )[1:]
+
+
+def _event_and_audit_texts(signal_id: int, key: str, now, deadline_at) -> tuple[str, str]:
+    """The event data and the audit details that `send_signal` writes for the bench's signal."""
+    from weave.times import rfc3339
+
     data = {
         "signal_id": str(signal_id),
-        "name": body["name"],
+        "name": _signal_body("o")["name"],
         "target_step_key": "payment",
         "target_activation_sequence": 1,
         "status": "PENDING",
@@ -643,7 +647,7 @@ def _acceptance_rows(workflow_id: str, key: str, digest: str, signal_id: int, no
         "accepted_at": rfc3339(now),
         "instance_deadline_at": rfc3339(deadline_at),
     }
-    return receipt_rest, jsontext.compact(data), jsontext.compact(details)
+    return jsontext.compact(data), jsontext.compact(details)
 
 
 def _signal_row(instance_id: int, key: str, digest: str, now, deadline_at, receipt_rest: str) -> tuple:
@@ -727,10 +731,10 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
         cur.nextset()
         instance = cur.fetchone()
         now, deadline_at = instance["now"], instance["deadline_at"]
-        receipt_rest = _acceptance_rows(workflow_id, key, digest, 0, now, deadline_at)[0]
+        receipt_rest = _receipt_rest(workflow_id, key, digest, now, deadline_at)
         cur.execute(sig_sql.INSERT_SIGNAL, _signal_row(instance_id, key, digest, now, deadline_at, receipt_rest))
         signal_id = cur.lastrowid
-        _, data, details = _acceptance_rows(workflow_id, key, digest, signal_id, now, deadline_at)
+        data, details = _event_and_audit_texts(signal_id, key, now, deadline_at)
         audit_row = (bench.namespace_id, instance_id, signal_id, 1, "raw", "signal.send", digest, now, details)
         cur.execute(
             ";\n".join(
@@ -817,7 +821,8 @@ def _floor_sender(bench: Bench, targets: list[str], warm_up: str, per_client: in
         assert cur.fetchone() is None
         cur.execute(insert_signal, _signal_row(instance_id, key, digest, now, deadline_at, None))
         signal_id = cur.lastrowid
-        receipt_rest, data, details = _acceptance_rows(workflow_id, key, digest, signal_id, now, deadline_at)
+        receipt_rest = _receipt_rest(workflow_id, key, digest, now, deadline_at)
+        data, details = _event_and_audit_texts(signal_id, key, now, deadline_at)
         cur.execute(insert_checkpoint, (instance_id, "WAIT", 1, now, now, now))
         cur.execute(append_event, (instance_id, "SIGNAL_ACCEPTED", now, data, instance_id))
         cur.execute(
