@@ -65,7 +65,7 @@ def add_columns(table: str, columns):
 
 def add_indexes(table: str, indexes):
     """Add the (name, `KEY name (...)` spec) indexes the table lacks, in one ALTER."""
-    return _add_missing(table, indexes, index_exists, "ADD {spec}", "DROP INDEX {name}")
+    return change_indexes({table: indexes}, {})
 
 
 def change_indexes(added: dict, dropped: dict):
