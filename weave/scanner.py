@@ -7,9 +7,10 @@ its source's unit, which re-reads it under lock with `SKIP LOCKED`, so any numbe
 processes share the work without waiting on each other. Within a process, `threads` threads take
 the batch's candidates in that order: a unit mostly waits for its COMMIT to be made durable, and
 concurrent commits share one log flush (group commit), so one thread would spend its time waiting
-for the disk; the units are the same as with several processes, instance locks order them. A candidate that fails (deadlock, lock
-wait timeout, lost connection, any SQL error, a bug) is rolled back and backed off on its own row;
-the batch goes on. The loop goes on at once after a full batch; otherwise it sleeps, briefly while
+for the disk; the units are the same as with several processes, instance locks order them.
+
+A candidate that fails (deadlock, lock wait timeout, lost connection, any SQL error, a bug) is
+rolled back and backed off on its own row; the batch goes on. The loop goes on at once after a full batch; otherwise it sleeps, briefly while
 work keeps arriving and longer the longer it has found none, up to `idle_seconds` (`pause_after`).
 It stops after the current transaction on SIGTERM/SIGINT.
 
