@@ -54,7 +54,7 @@ import pymysql
 import pymysql.cursors
 from pymysql.constants import CLIENT
 
-from weave import metrics
+from weave import driver, metrics
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def connect(url: DatabaseUrl, database: bool = True, autocommit: bool = False) -
 
 
 def _connect_to(url: DatabaseUrl, host: str, port: int, database: bool, autocommit: bool):
-    conn = pymysql.connect(
+    conn = driver.Connection(
         host=host,
         port=port,
         user=url.user,
@@ -252,7 +252,7 @@ def _connect_to(url: DatabaseUrl, host: str, port: int, database: bool, autocomm
         # Matched rows, not changed rows: a guarded UPDATE that sets a value to itself still counts.
         # Several statements per round trip: `Tx.later` sends queued writes with the next statement.
         client_flag=CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS,
-        cursorclass=pymysql.cursors.DictCursor,
+        cursorclass=driver.DictCursor,
         connect_timeout=CONNECT_TIMEOUT_SECONDS,
         read_timeout=READ_TIMEOUT_SECONDS,
         write_timeout=WRITE_TIMEOUT_SECONDS,
