@@ -94,7 +94,9 @@ def running_weave(threads: int, processes: int = 1, against: str | None = None):
         bench = Bench(url, database, base, client_token, worker_token, namespace_id, pid, server.process.pid)
         if against:
             tree = stack.enter_context(_revision_tree(against))
-            base, pid = stack.enter_context(_serving({**env, "PYTHONPATH": str(tree)}, threads, processes))
+            reference_env = {**env, "PYTHONPATH": str(tree)}
+            _require_imported_from(tree, reference_env)
+            base, pid = stack.enter_context(_serving(reference_env, threads, processes))
             bench.reference = replace(bench, base=base, server_pid=pid, label=against)
         yield bench
 
@@ -120,12 +122,30 @@ def prepared(url: DatabaseUrl) -> tuple[Database, str, str, int]:
     return database, client_token, worker_token, namespace_id
 
 
+# `-P`: without it, `-m` puts the working directory first on sys.path, ahead of PYTHONPATH, and a
+# bench run from a checkout would serve that checkout's code as `--against`'s revision too.
+WEAVE_CLI = (sys.executable, "-P", "-m", "weave.cli")
+
+
+def _require_imported_from(tree: Path, env: dict) -> None:
+    """Refuse to compare unless a `weave serve` started with `env` runs the code in `tree`."""
+    found = subprocess.run(
+        [sys.executable, "-P", "-c", "import weave.cli, weave.sql; print(weave.cli.__file__, weave.sql.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    if not all(Path(path).is_relative_to(tree) for path in found):
+        raise RuntimeError(f"the reference would run {found}, not the revision in {tree}")
+
+
 @contextmanager
 def _serving(env: dict, threads: int, processes: int):
     """`weave serve` (the Weave that `env` imports) on a free port: (base URL, pid). Logs go nowhere."""
     port = free_port()
     command = ["serve", "--port", str(port), "--threads", str(threads), "--processes", str(processes)]
-    serve = subprocess.Popen([sys.executable, "-m", "weave.cli", *command], env=env, stderr=subprocess.DEVNULL)
+    serve = subprocess.Popen([*WEAVE_CLI, *command], env=env, stderr=subprocess.DEVNULL)
     try:
         _wait_http(port)
         yield f"http://127.0.0.1:{port}", serve.pid

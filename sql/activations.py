@@ -19,6 +19,12 @@ LOCK_ACTIVATION = """
 SELECT id, instance_id, step_key, step_index, activation_sequence, status, deadline_at
 FROM step_activations WHERE id = %s FOR UPDATE
 """
+# The activation of a wait, found through the wait's row: under READ COMMITTED a subquery of a
+# locking read reads without locking, so the wait is still locked after its activation (lock order).
+LOCK_ACTIVATION_OF_WAIT = """
+SELECT id, instance_id, step_key, step_index, activation_sequence, status, deadline_at
+FROM step_activations WHERE id = (SELECT activation_id FROM waits WHERE id = %s) FOR UPDATE
+"""
 # An activation that is ACTIVE or waits for an operator has not ended yet.
 SELECT_UNENDED_IDS = """
 SELECT id FROM step_activations WHERE instance_id = %s AND status IN ('ACTIVE', 'NEEDS_REVIEW') ORDER BY id
@@ -46,6 +52,11 @@ def lock(tx: Tx, activation_id: int) -> dict:
 def locking(activation_id: int) -> tuple[str, tuple]:
     """`lock`'s read, for `Tx.all_together`."""
     return LOCK_ACTIVATION, (activation_id,)
+
+
+def locking_of_wait(wait_id: int) -> tuple[str, tuple]:
+    """For `Tx.all_together`: lock the activation of wait `wait_id` (none when there is no such wait)."""
+    return LOCK_ACTIVATION_OF_WAIT, (wait_id,)
 
 
 def lock_unended(tx: Tx, instance_id: int) -> list[dict]:

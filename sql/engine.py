@@ -378,13 +378,13 @@ def consume_wait(tx: Tx, instance: dict, wait_id: int, actor: str) -> str:
     The caller holds the instance lock; the activation, the wait and the generation's signals are
     locked here, in that order. Everything below commits together or not at all (S2.8).
     """
-    found = waits.status(tx, wait_id)
-    if found is None or found["status"] != "WAITING":
-        return "SETTLED"
     # One round trip, in lock order: the activation, the wait, the generation's PENDING signals.
-    (activation,), (wait,), pending = tx.all_together(
-        activations.locking(found["activation_id"]), waits.locking(wait_id), signals.pending_of_wait_locking(wait_id)
+    activation_rows, wait_rows, pending = tx.all_together(
+        activations.locking_of_wait(wait_id), waits.locking(wait_id), signals.pending_of_wait_locking(wait_id)
     )
+    if not wait_rows:
+        return "SETTLED"  # no such wait: nothing to decide
+    (activation,), (wait,) = activation_rows, wait_rows
     if wait["status"] != "WAITING" or activation["status"] != "ACTIVE":
         return "SETTLED"  # decided, or the step is with an operator (review) who will settle the wait
     if wait["kind"] == "POLL":

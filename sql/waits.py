@@ -16,7 +16,6 @@ INSERT INTO waits (instance_id, step_key, kind, name, payload_version, correlati
                    status, deadline_at, created_at)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'WAITING', %s, %s)
 """
-SELECT_WAIT_STATUS = "SELECT activation_id, status FROM waits WHERE id = %s"
 LOCK_WAIT = """
 SELECT id, instance_id, step_key, kind, name, payload_version, correlation, activation_id, activation_sequence,
        status, deadline_at, winner_signal_id
@@ -62,11 +61,6 @@ def insert(
             tx.now(),
         ),
     )
-
-
-def status(tx: Tx, wait_id: int) -> dict | None:
-    """`{"activation_id", "status"}` without a lock: enough to know what to lock next."""
-    return tx.one(SELECT_WAIT_STATUS, (wait_id,))
 
 
 def lock(tx: Tx, wait_id: int) -> dict:

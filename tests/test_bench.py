@@ -140,3 +140,13 @@ def test_the_scale_section_runs_on_tiny_sizes():
     assert json.loads('{"signal_id":"1",' + texts["receipt"])["idempotency_key"] == "load-7"
     assert json.loads(texts["data"])["name"] == json.loads(texts["details"])["name"] == "payment.settled"
     assert {row["status"] for row in loaded["signals"]} == {"CONSUMED", "REJECTED", "EXPIRED"}
+
+
+def test_against_serves_the_revision_s_code_not_this_checkout_s(monkeypatch):
+    """`--against REF` compares two servers: the reference must import REF's weave, even when the
+    bench runs from the checkout's folder (where `python -m` would find the checkout first)."""
+    monkeypatch.chdir(SCRIPTS.parent)
+    with bench._revision_tree("HEAD") as tree:
+        bench._require_imported_from(tree, {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"})
+        with pytest.raises(RuntimeError, match="the reference would run"):
+            bench._require_imported_from(tree, {"PATH": "/usr/bin:/bin"})

@@ -414,7 +414,7 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "instances.SELECT_STEP_RESULTS": (instances.SELECT_STEP_RESULTS, (instance,)),
         "tasks.SELECT_QUEUE_ID": (tasks.SELECT_QUEUE_ID, (ids["namespace"], "inventory")),
         # consume_wait: the wait, its generation's signals, the winner's proof
-        "waits.SELECT_WAIT_STATUS": (waits.SELECT_WAIT_STATUS, (wait,)),
+        "activations.LOCK_ACTIVATION_OF_WAIT": (activations.LOCK_ACTIVATION_OF_WAIT, (wait,)),
         "waits.LOCK_WAIT": (waits.LOCK_WAIT, (wait,)),
         "waits.LOCK_WAIT_OF_ACTIVATION": (waits.LOCK_WAIT_OF_ACTIVATION, (activation,)),
         "waits.SATISFY_WAIT": (waits.SATISFY_WAIT, (signal, now, wait)),

@@ -95,3 +95,24 @@ def test_a_transition_that_changes_its_row_returns_the_moved_instance_and_leaves
     assert flow.rows("SELECT status, gate FROM instances WHERE id = %s", (instance_id,)) == [
         {"status": "PAUSED", "gate": "CLOSED"}
     ]
+
+
+@pytest.mark.parametrize("matching", ["id = -1", "id > 0"], ids=["none", "several"])
+def test_a_guard_stops_its_batch_so_writes_after_it_and_commit_never_run(database, flow, matching):
+    """The guarded change, a write queued after it and COMMIT travel in one round trip: the server
+    checks the guard and runs nothing after a failed one."""
+    flow.publish({"name": "flow", "steps": [{"key": "a", "type": "TASK", "queue": "inventory", "timeout_seconds": 60}]})
+    flow.start("wf-1")
+    flow.start("wf-2")
+    before = flow.rows("SELECT id, version FROM instances ORDER BY id")
+    sent = []
+
+    def guarded_then_more(tx):
+        tx.later(f"UPDATE instances SET version = version + 1 WHERE {matching}", expect_one="bump the version")
+        tx.later("UPDATE instances SET version = version + 100")
+        sent.append(len(tx._queued))
+
+    with pytest.raises(TransitionFailed, match="bump the version: expected to change one row"):
+        database.run(guarded_then_more)
+    assert sent == [3]  # the change, its guard, the later write: all left for COMMIT's round trip
+    assert flow.rows("SELECT id, version FROM instances ORDER BY id") == before

@@ -64,6 +64,7 @@ DEADLOCK = 1213
 LOCK_WAIT_TIMEOUT = 1205
 RECORD_CHANGED = 1020  # MariaDB: "Record has changed since last read"
 DUP_ENTRY = 1062
+SUBQUERY_RETURNS_ROWS = 1242  # "Subquery returns more than 1 row": how a failed guard stops its batch
 SERVER_GONE = 2006
 CONNECTION_LOST = 2013
 CANNOT_CONNECT = 2003
@@ -297,6 +298,12 @@ def _join_cluster_session(cur, read_only: bool) -> None:
         cur.execute("SET SESSION wsrep_sync_wait = 1")
 
 
+# Follows a guarded change in its batch (`Tx.later`): it fails with SUBQUERY_RETURNS_ROWS unless
+# the change matched exactly one row. ROW_COUNT() is the previous statement's count, of matched
+# rows with CLIENT.FOUND_ROWS (an UPDATE that sets a row to what it holds still counts).
+MATCHED_ONE_ROW = "SET @matched_one_row = (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE ROW_COUNT() <> 1)"
+
+
 class DatabaseClock:
     """Production time: the database's UTC clock, so every node agrees (I5)."""
 
@@ -387,9 +394,10 @@ class Tx:
 
     def transition(self, sql: str, params: tuple | dict, what: str) -> None:
         """Queue a guarded single-row state change that must match exactly one row, else
-        `TransitionFailed` naming `what` is raised when its answer arrives (with the next statement,
-        at the latest before COMMIT): nothing that follows it (events, audit) may commit for a change
-        that did not happen. The unit holds the row's lock and read its state, so this is a bug."""
+        `TransitionFailed` naming `what` is raised when its answer arrives, with the next statement
+        or COMMIT, and the server has run nothing after it (see `later`): nothing that follows it
+        (events, audit) may commit for a change that did not happen. The unit holds the row's lock
+        and read its state, so this is a bug."""
         self.later(sql, params, expect_one=what)
 
     def insert(self, sql: str, params: tuple | dict = ()) -> int:
@@ -404,23 +412,22 @@ class Tx:
     def later(self, sql: str, params: tuple | dict = (), expect_one: str | None = None) -> None:
         """Queue a write whose answer the unit does not read; it is sent with the next statement or
         with COMMIT. With `expect_one`, it is a guarded state change like `transition`'s: matching
-        any number of rows but one raises `TransitionFailed` before anything after it commits."""
-        self._queued.append((self.cursor.mogrify(sql, params), expect_one))
+        any number of rows but one raises `TransitionFailed` before anything after it commits.
+
+        The guard is checked by the server: `MATCHED_ONE_ROW` follows the change in its batch and
+        fails unless the change matched one row, and a server runs no statement of a batch after
+        one that failed. So a guarded change can travel with COMMIT itself."""
+        self._queued.append((self.cursor.mogrify(sql, params), None))
+        if expect_one is not None:
+            self._queued.append((MATCHED_ONE_ROW, expect_one))
 
     def flush(self) -> None:
         """Send the queued writes now (one round trip; none when nothing is queued)."""
         if self._queued:
             self._round_trip(self._take_queued())
 
-    def flush_guarded(self) -> None:
-        """Send the queued writes now if one of them is a guarded change, whose count must be
-        checked before COMMIT is sent (that costs the round trip)."""
-        if any(what is not None for _, what in self._queued):
-            self.flush()
-
     def commit(self) -> None:
         """Commit, with the queued writes in the same round trip."""
-        self.flush_guarded()
         self._round_trip([*self._take_queued(), ("COMMIT", None)])
 
     def _send(self, sql: str, params: tuple | dict) -> int:
@@ -443,19 +450,18 @@ class Tx:
 
     def _answers(self, statements: list[tuple[str, str | None]]):
         """Send `statements` (already interpolated: no parameters) as one multi-statement query;
-        yield the index of each as the cursor reaches its answer, its guard checked."""
+        yield the index of each as the cursor reaches its answer; a failed guard raises
+        `TransitionFailed` (the statements after it did not run)."""
         self.cursor.execute(";\n".join(text for text, _ in statements))
         for index, (_, what) in enumerate(statements):
             if index:
-                self.cursor.nextset()
-            if what is not None:
-                _expect_one(what, self.cursor.rowcount)
+                try:
+                    self.cursor.nextset()
+                except pymysql.err.MySQLError as exc:
+                    if what is not None and exc.args[0] == SUBQUERY_RETURNS_ROWS:
+                        raise TransitionFailed(f"{what}: expected to change one row, matched none or several") from None
+                    raise
             yield index
-
-
-def _expect_one(what: str, matched: int) -> None:
-    if matched != 1:
-        raise TransitionFailed(f"{what}: expected to change one row, matched {matched}")
 
 
 class Database:
@@ -576,7 +582,6 @@ class Database:
                 if autocommit:
                     tx.flush()
                 else:
-                    tx.flush_guarded()
                     committing = True
                     tx.commit()
             reusable = True
