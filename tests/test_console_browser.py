@@ -91,12 +91,23 @@ def send_exactly(flow, key: str, sequence: int):
 
 def wait_for(driver, condition, timeout: float = 20):
     """`condition` true within `timeout`. A watched page reloads itself every 2 s: an element found
-    just before a reload is stale when read, and the condition is simply asked again."""
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    just before a reload is stale when read, and the condition is simply asked again. (Chromium
+    reports some of those reads as an "unknown error": its node "does not belong to the document".)"""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
+    def asked_again_after_a_reload(d):
+        try:
+            return condition(d)
+        except WebDriverException as exc:
+            if "does not belong to the document" in (exc.msg or ""):
+                return False
+            raise
+
     ignored = (NoSuchElementException, StaleElementReferenceException)
-    return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored).until(condition)
+    return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored).until(
+        asked_again_after_a_reload
+    )
 
 
 def text_of(driver, css: str) -> str:
