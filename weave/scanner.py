@@ -37,7 +37,7 @@ from weave.sql import backoff, checkpoints, engine, inbox, instances, signals, t
 log = logging.getLogger("weave.scanner")
 
 BATCH_SIZE = 100
-THREADS = 4  # `weave scan --threads`; a Scanner made in-process takes its candidates one by one
+THREADS = 8  # `weave scan --threads`; a Scanner made in-process takes its candidates one by one
 # The sleep between batches that were not full: BUSY_SECONDS right after a batch that found work,
 # growing with the time since (a quarter of it) up to IDLE_SECONDS. Under steady load a signal is
 # consumed a few milliseconds after its acceptance; idle, a look every 250 ms (three cheap indexed
