@@ -16,7 +16,7 @@ import pytest
 from helpers import ready, serving, weave_serve
 
 from weave.config import Config
-from weave.server import IDLE_CHECK_SECONDS, create_server
+from weave.server import IDLE_CHECK_SECONDS, HotThreadsFirst, LastInFirstOut, create_server
 
 pytestmark = pytest.mark.slow
 
@@ -224,3 +224,69 @@ def test_issue_10_1_a_request_in_progress_outlives_the_idle_timeout(many_files):
     assert len(closed) == IDLE_CONNECTIONS, f"{IDLE_CONNECTIONS - len(closed)} idle connections still open after 10 s"
     print(f"{IDLE_CONNECTIONS} idle connections closed after {closed[0]:.2f}..{closed[-1]:.2f} s (idle timeout 1 s)")
     assert closed[0] >= 0.9
+
+
+def test_the_thread_that_began_waiting_last_is_woken_first():
+    condition = LastInFirstOut()
+    woken = []
+
+    def wait(name):
+        with condition:
+            waiting.append(name)
+            condition.wait(10)
+            woken.append(name)
+
+    waiting = []
+    threads = []
+    for name in ("first", "second", "third"):
+        threads.append(threading.Thread(target=wait, args=(name,)))
+        threads[-1].start()
+        while name not in waiting:  # each waits before the next starts: their order is known
+            time.sleep(0.001)
+    with condition:
+        condition.notify()
+    threads[2].join(5)
+    assert woken == ["third"]
+    with condition:
+        condition.notify_all()
+    for thread in threads:
+        thread.join(5)
+    assert sorted(woken) == ["first", "second", "third"]
+
+
+def test_requests_go_to_the_threads_that_went_idle_last():
+    """Sequential requests to a server of 8 threads are served by the thread that served the one
+    before (waitress alone cycles through all 8; one more is allowed, should a request arrive
+    before that thread is back waiting); concurrent ones still spread out."""
+    served_by = []
+
+    def app(environ, start_response):
+        served_by.append(threading.get_ident())
+        time.sleep(0.2 if environ["PATH_INFO"] == "/slow" else 0)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+        return [b"ok"]
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = create_server(app, listener, Config("unused", threads=8))
+    assert isinstance(server.task_dispatcher, HotThreadsFirst)
+    port = listener.getsockname()[1]
+
+    def get(path):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("GET", path)
+            return conn.getresponse().read()
+        finally:
+            conn.close()
+
+    with serving(server):
+        assert [get("/") for _ in range(8)] == [b"ok"] * 8
+        sequential = set(served_by)
+        served_by.clear()
+        slow = [threading.Thread(target=get, args=("/slow",)) for _ in range(4)]
+        for thread in slow:
+            thread.start()
+        for thread in slow:
+            thread.join(10)
+    assert len(sequential) <= 2
+    assert len(set(served_by)) == 4

@@ -38,12 +38,13 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 
 import falcon
 import waitress
 from waitress.channel import HTTPChannel
-from waitress.task import ErrorTask
+from waitress.task import ErrorTask, ThreadedTaskDispatcher
 
 from weave import errors, metrics
 from weave.config import Config
@@ -124,8 +125,11 @@ def _supervise(config: Config, host: str, port: int, processes: int, family: soc
 
 def create_server(app, listener: socket.socket, config: Config, connection_limit: int = CONNECTION_LIMIT):
     """A waitress server of `app` on `listener` with Weave's limits; `run()` serves until stopped."""
+    dispatcher = HotThreadsFirst()
+    dispatcher.set_thread_count(config.threads)
     server = waitress.create_server(
         app,
+        _dispatcher=dispatcher,
         sockets=[listener],
         threads=config.threads,
         ident="weave",
@@ -211,6 +215,42 @@ _WAITRESS_ERRORS = {
     code.status: code
     for code in (Code.BAD_REQUEST, Code.PAYLOAD_TOO_LARGE, Code.HEADERS_TOO_LARGE, Code.NOT_IMPLEMENTED, Code.INTERNAL)
 }
+
+
+class LastInFirstOut(threading.Condition):
+    """A condition whose `notify` wakes the thread that began waiting last, not first."""
+
+    def notify(self, n: int = 1) -> None:
+        # threading.Condition.notify, taking waiters from the other end of the same queue.
+        if not self._is_owned():
+            raise RuntimeError("cannot notify on un-acquired lock")
+        waiters = self._waiters
+        while waiters and n > 0:
+            waiter = waiters[-1]
+            try:
+                waiter.release()
+            except RuntimeError:  # released by an earlier notify that was interrupted (gh-92530)
+                pass
+            else:
+                n -= 1
+            try:
+                waiters.remove(waiter)
+            except ValueError:
+                pass
+
+
+class HotThreadsFirst(ThreadedTaskDispatcher):
+    """waitress's thread pool, handing each request to the thread that went idle last.
+
+    waitress wakes its idle threads in turn (a `threading.Condition` wakes the longest waiter), so
+    a process of 16 threads serving 4 requests at a time cycles through all 16. Waking the thread
+    that has just finished keeps the same few threads busy: at 8 clients on two processes of 16
+    threads, API CPU per accepted signal fell from 1.48 to 1.27 ms in an A/B run (docs/performance.md).
+    The threads themselves are waitress's; only the order in which idle ones are woken differs."""
+
+    def __init__(self):
+        super().__init__()
+        self.queue_cv = LastInFirstOut(self.lock)
 
 
 class ProblemChannel(HTTPChannel):
