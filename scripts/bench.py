@@ -145,7 +145,7 @@ def _serving(env: dict, threads: int, processes: int):
     """`weave serve` (the Weave that `env` imports) on a free port: (base URL, pid). Logs go nowhere."""
     port = free_port()
     command = ["serve", "--port", str(port), "--threads", str(threads), "--processes", str(processes)]
-    serve = subprocess.Popen([*WEAVE_CLI, *command], env=env, stderr=subprocess.DEVNULL)
+    serve = subprocess.Popen([*WEAVE_CLI, *command], env=env, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
     try:
         _wait_http(port)
         yield f"http://127.0.0.1:{port}", serve.pid
@@ -445,7 +445,10 @@ def bench_e2e(bench: Bench, workflows: int, workers: int = 8) -> list[dict]:
     client.post("/definitions", E2E_DEFINITION)
     env = {**os.environ, "WEAVE_DATABASE_URL": bench.url.yoyo_url()}
     scanner = subprocess.Popen(
-        [sys.executable, "-m", "weave.cli", "scan", "--idle-seconds", "0.02"], env=env, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "weave.cli", "scan", "--idle-seconds", "0.02"],
+        env=env,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_parent,
     )
     run_id = time.time_ns()
     finished = threading.Event()
@@ -1067,7 +1070,9 @@ def bench_latency(bench: Bench, signals: int, idle_window: float = 5.0) -> list[
 def _scanners(bench: Bench, count: int) -> list[subprocess.Popen]:
     env = {**os.environ, "WEAVE_DATABASE_URL": bench.url.url()}
     command = [sys.executable, "-m", "weave.cli", "scan"]
-    return [subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL) for _ in range(count)]
+    return [
+        subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent) for _ in range(count)
+    ]
 
 
 def _count(bench: Bench, sql: str, *params) -> int:

@@ -28,6 +28,7 @@ from waitress import wasyncore
 from weave import auth, logs
 from weave.db import ControlledClock, Database, DatabaseClock
 from weave.devdb import free_port
+from weave.processes import die_with_parent
 from weave.sql import tenancy
 
 
@@ -342,14 +343,16 @@ def weave_serve(url, *flags: str, soft_file_limit: int | None = None, stderr=sub
     port = free_port()
     env = {**os.environ, "WEAVE_DATABASE_URL": url.yoyo_url()}
 
-    def lower_file_limit():  # in the child, before exec: the limit a process inherits
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft_file_limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    def in_the_child():  # before exec: the limit a process inherits, and no orphan if the tests die
+        die_with_parent()
+        if soft_file_limit:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft_file_limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     process = subprocess.Popen(
         [sys.executable, "-m", "weave.cli", "serve", "--port", str(port), *flags],
         env=env,
         stderr=stderr,
-        preexec_fn=lower_file_limit if soft_file_limit else None,
+        preexec_fn=in_the_child,
     )
     try:
         wait_until(lambda: ready(port) == 200, timeout=20)
@@ -381,6 +384,7 @@ def scanner_process(config, *extra) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=die_with_parent,  # a killed test run leaves no scanner behind
     )
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from helpers import make_tenant, signal_flow_definition, wait_until
 
 from weave.db import Database
+from weave.processes import die_with_parent
 from weave.sql import definitions
 
 CLIENT_TIMEOUT_SECONDS = 30  # the SDK's default: no answer may take longer
@@ -268,7 +269,12 @@ def weave_process(database_url: str, log: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "WEAVE_DATABASE_URL": database_url}
     with open(log, "w") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "weave.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=err, text=True
+            [sys.executable, "-m", "weave.cli", *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+            preexec_fn=die_with_parent,  # a killed test run leaves no process behind
         )
 
 
