@@ -47,8 +47,13 @@ FAILURES = backoff.Source(
 COUNT_DUE = "SELECT COUNT(*) AS n FROM checkpoints WHERE available_at <= %s"
 
 
+def listing_due(now: datetime, limit: int) -> tuple[str, tuple]:
+    """The read of the checkpoints due at `now`, oldest first, for `Tx.all_together`."""
+    return DUE_CHECKPOINTS, (now, limit)
+
+
 def due_candidates(tx: Tx, limit: int) -> list[dict]:
-    return tx.all(DUE_CHECKPOINTS, (tx.now(), limit))
+    return tx.all(*listing_due(tx.now(), limit))
 
 
 def count_due(tx: Tx) -> int:

@@ -45,8 +45,13 @@ def append(
 COUNT_DUE = "SELECT COUNT(*) AS n FROM inbox_events WHERE status = 'PENDING' AND available_at <= %s"
 
 
+def listing_due(now: datetime, limit: int) -> tuple[str, tuple]:
+    """The read of the inbox events due at `now`, oldest first, for `Tx.all_together`."""
+    return DUE_INBOX_EVENTS, (now, limit)
+
+
 def due_candidates(tx: Tx, limit: int) -> list[dict]:
-    return tx.all(DUE_INBOX_EVENTS, (tx.now(), limit))
+    return tx.all(*listing_due(tx.now(), limit))
 
 
 def count_due(tx: Tx) -> int:

@@ -408,9 +408,9 @@ COUNT_DUE_EXPIRIES = (
 )
 
 
-def expiry_candidates(tx: Tx, limit: int) -> list[dict]:
-    now = tx.now()
-    return tx.all(DUE_EXPIRIES, (now, now, limit))
+def listing_expiries(now: datetime, limit: int) -> tuple[str, tuple]:
+    """The read of the signals whose expiry is due at `now`, oldest first, for `Tx.all_together`."""
+    return DUE_EXPIRIES, (now, now, limit)
 
 
 def count_expiry_due(tx: Tx) -> int:

@@ -349,8 +349,13 @@ LIMIT %s
 LOCK_TASK_SKIP_LOCKED = LOCK_TASK.replace("FOR UPDATE", "FOR UPDATE SKIP LOCKED")
 
 
+def listing_expired_leases(now: datetime, limit: int) -> tuple[str, tuple]:
+    """The read of the RUNNING tasks whose lease passed at `now`, for `Tx.all_together`."""
+    return SELECT_EXPIRED_LEASES, (now, limit)
+
+
 def expired_lease_candidates(tx: Tx, limit: int) -> list[dict]:
-    return tx.all(SELECT_EXPIRED_LEASES, (tx.now(), limit))
+    return tx.all(*listing_expired_leases(tx.now(), limit))
 
 
 @unit_of_work

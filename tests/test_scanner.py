@@ -164,7 +164,7 @@ def test_k1_batch_is_cut_to_the_batch_size_oldest_first(flow, database, clock):
         flow.start(f"wf-{i}")
         clock.advance(1)
     scanner = Scanner(database, batch_size=3)
-    batch = scanner.collect()
+    _, batch = scanner.look()
     assert len(batch) == 3
     assert [c.due_at for c in batch] == sorted(c.due_at for c in batch)
     first_three = flow.rows("SELECT id FROM checkpoints ORDER BY due_at, id LIMIT 3")
