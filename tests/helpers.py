@@ -388,11 +388,32 @@ def scanner_process(config, *extra) -> subprocess.Popen:
     )
 
 
+TOGETHER_SECONDS = 2
+
+
 def run_scanners_until(config, count: int, condition: Callable[[], bool]) -> list[tuple[int, int]]:
     """Run `count` scanner processes until `condition()` holds, stop them with SIGTERM, and return
-    each one's (returncode, done candidates)."""
+    each one's (returncode, done candidates).
+
+    With several processes, the checkpoints due now come due `TOGETHER_SECONDS` later, when every
+    process is up: the first to start (about half a second) could otherwise do them all, with its
+    threads, before the others look, and a race between processes would not be one."""
+    if count > 1:
+        database = Database(config.database_url)
+        try:
+            database.run(
+                lambda tx: tx.execute(
+                    "UPDATE checkpoints SET available_at = UTC_TIMESTAMP(6) + INTERVAL %s SECOND"
+                    " WHERE available_at <= UTC_TIMESTAMP(6)",
+                    (TOGETHER_SECONDS,),
+                )
+            )
+        finally:
+            database.close()
     scanners = [scanner_process(config) for _ in range(count)]
     try:
+        if count > 1:
+            time.sleep(TOGETHER_SECONDS)  # `condition` may count what is due: nothing is, until then
         wait_until(condition)
     finally:
         for p in scanners:
