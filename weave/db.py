@@ -51,7 +51,6 @@ from typing import Any, Callable, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import pymysql
-import pymysql.cursors
 from pymysql.constants import CLIENT
 
 from weave import driver, metrics
