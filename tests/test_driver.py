@@ -40,16 +40,12 @@ def connections(migrated_url):
         client_flag=CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS,  # as Weave's connections
         cursorclass=pymysql.cursors.DictCursor,
     )
-    with weave_conn.cursor() as cur:
-        cur.execute(
-            "CREATE TEMPORARY TABLE probe (id INT PRIMARY KEY, name VARCHAR(20), at DATETIME(6), data VARBINARY(8))"
-        )
-        cur.execute("INSERT INTO probe VALUES (1, 'one', '2026-12-01 10:00:00.5', x'01'), (2, NULL, NULL, NULL)")
-    with stock.cursor() as cur:
-        cur.execute(
-            "CREATE TEMPORARY TABLE probe (id INT PRIMARY KEY, name VARCHAR(20), at DATETIME(6), data VARBINARY(8))"
-        )
-        cur.execute("INSERT INTO probe VALUES (1, 'one', '2026-12-01 10:00:00.5', x'01'), (2, NULL, NULL, NULL)")
+    for conn in (weave_conn, stock):  # a temporary table: each connection has its own
+        with conn.cursor() as cur:
+            cur.execute(
+                "CREATE TEMPORARY TABLE probe (id INT PRIMARY KEY, name VARCHAR(20), at DATETIME(6), data VARBINARY(8))"
+            )
+            cur.execute("INSERT INTO probe VALUES (1, 'one', '2026-12-01 10:00:00.5', x'01'), (2, NULL, NULL, NULL)")
     yield weave_conn, stock
     weave_conn.close()
     stock.close()
