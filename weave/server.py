@@ -129,9 +129,8 @@ def create_server(app, listener: socket.socket, config: Config, connection_limit
     dispatcher.set_thread_count(config.threads)
     server = waitress.create_server(
         app,
-        _dispatcher=dispatcher,
+        _dispatcher=dispatcher,  # its threads are `config.threads`: waitress's own `threads` is then unused
         sockets=[listener],
-        threads=config.threads,
         ident="weave",
         backlog=BACKLOG,
         connection_limit=connection_limit,
