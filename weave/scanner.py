@@ -10,8 +10,9 @@ concurrent commits share one log flush (group commit), so one thread would spend
 for the disk; the units are the same as with several processes, instance locks order them.
 
 A candidate that fails (deadlock, lock wait timeout, lost connection, any SQL error, a bug) is
-rolled back and backed off on its own row; the batch goes on. The loop goes on at once after a full batch; otherwise it sleeps, briefly while
-work keeps arriving and longer the longer it has found none, up to `idle_seconds` (`pause_after`).
+rolled back and backed off on its own row; the batch goes on. The loop goes on at once after a full
+batch; otherwise it sleeps, briefly while work keeps arriving and longer the longer it has found
+none, up to `idle_seconds` (`pause_after`).
 It stops after the current transaction on SIGTERM/SIGINT.
 
 It logs one line per batch that did something and records its metrics (`weave.metrics`; served by
