@@ -127,6 +127,12 @@ def prepared(url: DatabaseUrl) -> tuple[Database, str, str, int]:
 WEAVE_CLI = (sys.executable, "-P", "-m", "weave.cli")
 
 
+def _weave(env: dict, *args: str) -> subprocess.Popen:
+    """A `weave` command (`serve`, `scan`) of the Weave that `env` imports; its log goes nowhere,
+    and it ends with the bench."""
+    return subprocess.Popen([*WEAVE_CLI, *args], env=env, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
+
+
 def _require_imported_from(tree: Path, env: dict) -> None:
     """Refuse to compare unless a `weave serve` started with `env` runs the code in `tree`."""
     found = subprocess.run(
@@ -144,8 +150,7 @@ def _require_imported_from(tree: Path, env: dict) -> None:
 def _serving(env: dict, threads: int, processes: int):
     """`weave serve` (the Weave that `env` imports) on a free port: (base URL, pid). Logs go nowhere."""
     port = free_port()
-    command = ["serve", "--port", str(port), "--threads", str(threads), "--processes", str(processes)]
-    serve = subprocess.Popen([*WEAVE_CLI, *command], env=env, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
+    serve = _weave(env, "serve", "--port", str(port), "--threads", str(threads), "--processes", str(processes))
     try:
         _wait_http(port)
         yield f"http://127.0.0.1:{port}", serve.pid
@@ -444,12 +449,7 @@ def bench_e2e(bench: Bench, workflows: int, workers: int = 8) -> list[dict]:
     client = Http(bench, bench.client_token)
     client.post("/definitions", E2E_DEFINITION)
     env = {**os.environ, "WEAVE_DATABASE_URL": bench.url.yoyo_url()}
-    scanner = subprocess.Popen(
-        [sys.executable, "-m", "weave.cli", "scan", "--idle-seconds", "0.02"],
-        env=env,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=die_with_parent,
-    )
+    scanner = _weave(env, "scan", "--idle-seconds", "0.02")
     run_id = time.time_ns()
     finished = threading.Event()
     try:
@@ -1069,10 +1069,7 @@ def bench_latency(bench: Bench, signals: int, idle_window: float = 5.0) -> list[
 
 def _scanners(bench: Bench, count: int) -> list[subprocess.Popen]:
     env = {**os.environ, "WEAVE_DATABASE_URL": bench.url.url()}
-    command = [sys.executable, "-m", "weave.cli", "scan"]
-    return [
-        subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent) for _ in range(count)
-    ]
+    return [_weave(env, "scan") for _ in range(count)]
 
 
 def _count(bench: Bench, sql: str, *params) -> int:
