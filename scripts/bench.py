@@ -781,7 +781,14 @@ def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
 # one per round trip as a plain PyMySQL program sends them: lock the instance (by its workflow id),
 # look the key up, insert the signal, a checkpoint (due now, found by its due-time index), the
 # event, the audit record and the receipt (its own table: the signal row leaves it NULL); commit.
-# Its tables have Weave's columns (the same row sizes), made with CREATE TABLE … LIKE.
+# Its tables have Weave's columns (the same row sizes), made with CREATE TABLE … LIKE; its
+# instances are copies of the run's instances, with their ids.
+#
+# The spec floor adds to it what the specification and the owner require of any implementation,
+# one statement each, as the same plain program would send them: the current credential read on
+# every request (S1.1; no staleness window), the definition's queues locked before the instance
+# (S1.3), and the target step's latest activation with its wait read under the lock (S1.10 decides
+# the signal's disposition from them). Weave over the spec floor is what Weave's own code costs.
 FLOOR_TABLES = (
     """CREATE TABLE IF NOT EXISTS floor_instances (
          id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT, namespace_id BIGINT UNSIGNED NOT NULL,
@@ -796,12 +803,26 @@ FLOOR_TABLES = (
     "CREATE TABLE IF NOT EXISTS floor_events LIKE events",
     "CREATE TABLE IF NOT EXISTS floor_audit LIKE audit_records",
 )
-FLOOR_INSTANCE = "INSERT INTO floor_instances (namespace_id, workflow_id, deadline_at) VALUES (%s, %s, %s)"
+FLOOR_INSTANCES = """
+INSERT IGNORE INTO floor_instances (id, namespace_id, workflow_id, deadline_at)
+SELECT id, namespace_id, workflow_id, deadline_at FROM instances WHERE namespace_id = %s AND workflow_id IN %s
+"""
 FLOOR_INDEXES_KEPT = {
     "floor_signals": {"PRIMARY", "uq_signals_idempotency"},
     "floor_checkpoints": {"PRIMARY", "ix_checkpoints_available"},
     "floor_audit": {"PRIMARY"},
 }
+FLOOR_LOCK = """
+SELECT id, deadline_at, UTC_TIMESTAMP(6) AS now FROM floor_instances WHERE namespace_id = %s AND workflow_id = %s
+FOR UPDATE
+"""
+FLOOR_LOOKUP = "SELECT receipt FROM floor_signals WHERE instance_id = %s AND idempotency_key = %s"
+FLOOR_RECEIPT = "INSERT INTO floor_receipts (signal_id, body) VALUES (%s, %s)"
+SPEC_FLOOR_ACTIVATION = """
+SELECT a.activation_sequence, a.status, w.id, w.status, w.deadline_at, w.correlation
+FROM step_activations a LEFT JOIN waits w ON w.activation_id = a.id
+WHERE a.instance_id = %s AND a.step_key = %s ORDER BY a.activation_sequence DESC LIMIT 1
+"""
 
 
 def _floor_tables(bench: Bench) -> None:
@@ -815,32 +836,38 @@ def _floor_tables(bench: Bench) -> None:
     bench.database.run(create)
 
 
-def _floor_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list):
-    """The lean floor (FLOOR_TABLES): one transaction of 7 statements per signal."""
+def _floor_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list, spec: bool = False):
+    """The lean floor (FLOOR_TABLES): one transaction of 7 statements per signal; with `spec`, the
+    spec floor: 10 statements, the credential's read, the queue lock and the activation's read
+    besides."""
     from weave.sql import audit as audit_sql
     from weave.sql import checkpoints as checkpoint_sql
     from weave.sql import events as event_sql
     from weave.sql import signals as sig_sql
 
     body = _signal_body("o")
-    deadline = "2099-01-01 00:00:00"
-    lock = "SELECT id, deadline_at, UTC_TIMESTAMP(6) AS now FROM floor_instances WHERE namespace_id = %s AND workflow_id = %s FOR UPDATE"
-    lookup = "SELECT receipt FROM floor_signals WHERE instance_id = %s AND idempotency_key = %s"
+    token_sha256 = auth.token_hash(bench.client_token)
     insert_signal = sig_sql.INSERT_SIGNAL.replace("INSERT INTO signals", "INSERT INTO floor_signals")
     insert_checkpoint = checkpoint_sql.INSERT_CHECKPOINT.replace(
         "INSERT INTO checkpoints", "INSERT INTO floor_checkpoints"
     )
-    insert_receipt = "INSERT INTO floor_receipts (signal_id, body) VALUES (%s, %s)"
     append_event = event_sql.APPEND_EVENT.replace("events", "floor_events")
     insert_audit = audit_sql.INSERT_AUDIT.replace("INSERT INTO audit_records", "INSERT INTO floor_audit")
 
     def send_one(cur, workflow_id: str, key: str) -> float:
         started = time.perf_counter()
         digest = jsontext.digest(body)
-        cur.execute(lock, (bench.namespace_id, workflow_id))
+        if spec:
+            cur.execute(tenancy.SELECT_CURRENT_CREDENTIAL, (token_sha256,))
+            assert cur.fetchone() is not None
+            cur.execute(sig_sql.LOCK_QUEUES_SHARED, (bench.namespace_id, (QUEUE,)))
+        cur.execute(FLOOR_LOCK, (bench.namespace_id, workflow_id))
         instance = cur.fetchone()
         instance_id, now, deadline_at = instance["id"], instance["now"], instance["deadline_at"]
-        cur.execute(lookup, (instance_id, key))
+        if spec:
+            cur.execute(SPEC_FLOOR_ACTIVATION, (instance_id, "payment"))
+            cur.fetchall()
+        cur.execute(FLOOR_LOOKUP, (instance_id, key))
         assert cur.fetchone() is None
         cur.execute(insert_signal, _signal_row(instance_id, key, digest, now, deadline_at, None))
         signal_id = cur.lastrowid
@@ -851,14 +878,15 @@ def _floor_sender(bench: Bench, targets: list[str], warm_up: str, per_client: in
         cur.execute(
             insert_audit, (bench.namespace_id, instance_id, signal_id, 1, "raw", "signal.send", digest, now, details)
         )
-        cur.execute(insert_receipt, (signal_id, '{"signal_id":"%d",%s' % (signal_id, receipt_rest)))
+        cur.execute(FLOOR_RECEIPT, (signal_id, '{"signal_id":"%d",%s' % (signal_id, receipt_rest)))
         cur.connection.commit()
         return time.perf_counter() - started
 
-    # The floor's own instances, untimed (every run's workflow ids are fresh).
-    rows = [(bench.namespace_id, workflow_id, deadline) for workflow_id in (*targets, warm_up)]
-    bench.database.run(lambda tx: tx.executemany(FLOOR_INSTANCE, rows))
-    return _on_connections(bench, send_one, targets, warm_up, per_client, latencies, "floor")
+    # The floor's own instances, untimed: copies of the run's, ids included (the spec floor reads
+    # their activations by id).
+    bench.database.run(lambda tx: tx.execute(FLOOR_INSTANCES, (bench.namespace_id, (*targets, warm_up))))
+    label = "spec" if spec else "floor"
+    return _on_connections(bench, send_one, targets, warm_up, per_client, latencies, label)
 
 
 def _signal_run(bench: Bench, sender, targets: int, clients: int, per_client: int, run: str) -> tuple:
@@ -887,12 +915,18 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
     rates are medians, the ratio is the median of the ratios of the pairs (each pair shares the
     machine's conditions of the moment). The baseline is the raw PyMySQL sender, or with
     `--against REF` the same HTTP load on REF's `weave serve` (`bench.reference`). Without
-    `--against`, the lean floor (`_floor_sender`) runs in each pair too: the database CPU per
-    signal of Weave is printed beside the floor's, with their ratio (target 1 of issue 17).
+    `--against`, the lean floor and the spec floor (`_floor_sender`) run in each pair too: the
+    database CPU per signal of Weave is printed beside theirs, with the ratios (target 1 of issue
+    17).
     """
     Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)
     reference = bench.reference
-    contenders = (("weave", bench, _http_sender), ("baseline", bench, _raw_sender), ("floor", bench, _floor_sender))
+    contenders = (
+        ("weave", bench, _http_sender),
+        ("baseline", bench, _raw_sender),
+        ("floor", bench, _floor_sender),
+        ("spec floor", bench, partial(_floor_sender, spec=True)),
+    )
     if reference is not None:
         contenders = (("weave", bench, _http_sender), ("baseline", reference, _http_sender))
     else:
@@ -922,12 +956,23 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
                 + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
             )
             if "floor" in cpu:
-                floor_db = mean_cpu["floor"][2]
-                db_over_floor = mean_cpu["weave"][2] / floor_db if floor_db else float("nan")  # tiny runs: 0 ticks
-                extra += "   floor %.1f sig/s, db CPU %.2f ms/signal: weave/floor %.2f" % (
-                    median(rates["floor"]),
-                    floor_db,
-                    db_over_floor,
+                weave_db, floor_db, spec_db = (mean_cpu[name][2] for name in ("weave", "floor", "spec floor"))
+                db_over_floor, db_over_spec, spec_over_floor = (
+                    a / b if b else float("nan")  # tiny runs: 0 ticks
+                    for a, b in ((weave_db, floor_db), (weave_db, spec_db), (spec_db, floor_db))
+                )
+                extra += (
+                    "   floor %.1f sig/s, db CPU %.2f ms/signal: weave/floor %.2f"
+                    "   spec floor %.1f sig/s, db CPU %.2f ms/signal: weave/spec floor %.2f, spec floor/floor %.2f"
+                    % (
+                        median(rates["floor"]),
+                        floor_db,
+                        db_over_floor,
+                        median(rates["spec floor"]),
+                        spec_db,
+                        db_over_spec,
+                        spec_over_floor,
+                    )
                 )
             row = report(
                 f"signals accepted, {shape}, {clients} client(s)",
@@ -946,6 +991,9 @@ def bench_signals(bench: Bench, per_run: int, repeat: int, instances: int = 200)
             if "floor" in cpu:
                 row["floor"] = round(median(rates["floor"]), 1)
                 row["db_cpu_weave_over_floor"] = round(db_over_floor, 3)
+                row["spec_floor"] = round(median(rates["spec floor"]), 1)
+                row["db_cpu_weave_over_spec_floor"] = round(db_over_spec, 3)
+                row["db_cpu_spec_floor_over_floor"] = round(spec_over_floor, 3)
             results.append(row)
     rss = _rss_kib(bench.server_pid)
     print(f"server RSS after the signal runs: {rss / 1024:.1f} MiB", flush=True)

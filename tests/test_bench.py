@@ -59,7 +59,8 @@ def test_every_bench_section_runs_on_tiny_sizes():
     rates = [row for row in rows if "ratio" in row]
     assert len(rates) == 2 + 1 + 6
     assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rates)
-    assert all(row["floor"] > 0 for row in rates if row["label"].startswith("signals accepted"))
+    signal_rows = [row for row in rates if row["label"].startswith("signals accepted")]
+    assert all(row["floor"] > 0 and row["spec_floor"] > 0 for row in signal_rows)
     latency, *consumption = rows[-3:]
     assert latency["label"] == "signal accepted -> consumed" and latency["max_ms"] >= latency["p50_ms"] >= 0
     assert [row["signals"] for row in consumption] == [4, 4]
