@@ -111,10 +111,13 @@ def consume_inbox_event(tx: Tx, inbox_id: int) -> str | None:
 
 @unit_of_work
 def control(tx: Tx, principal: Principal, workflow_id: str, action: str, reason: str) -> WorkflowFacts:
-    """R1: pause, resume or cancel, audited with the reason; 409 INVALID_STATE when not allowed."""
+    """R1: pause, resume or cancel, audited with the reason; 409 INVALID_STATE when not allowed. A
+    re-run after its own lost COMMIT answers the instance it left (`decided_by_lost_commit`)."""
     namespace_id, actor = principal.namespace_id, principal.actor
     instance_id = instances.addressed(tx, principal, workflow_id)["id"]
     instance = instances.lock(tx, instance_id)
+    if instances.decided_by_lost_commit(tx, instance):
+        return instances.read_facts(tx, namespace_id, workflow_id)
     target = control_rules.transition(action, instance["status"])
     if target is None:
         raise WeaveError(Code.INVALID_STATE, f"cannot {action} a workflow that is {instance['status']}")
@@ -162,6 +165,8 @@ def review(
     `result` is the operator's value for complete_step (review_rules.ABSENT when not given)."""
     instance_id = instances.addressed(tx, principal, workflow_id)["id"]
     instance = instances.lock(tx, instance_id)
+    if instances.decided_by_lost_commit(tx, instance):
+        return instances.read_facts(tx, principal.namespace_id, workflow_id)
     steps = definitions.document(tx, instance["definition_id"], instance["definition_digest"])["steps"]
     index, step = next(((i, s) for i, s in enumerate(steps) if s["key"] == step_key), (None, None))
     if action in review_rules.STEP_ACTIONS and step is None:

@@ -295,7 +295,7 @@ def context(tx: Tx, instance_id: int, workflow_id: str, input_text: str, value: 
 # row is locked, never the definition or application rows that many instances share.
 LOCK_INSTANCE = """
 SELECT UTC_TIMESTAMP(6) AS now, i.id, i.namespace_id, i.workflow_id, i.definition_id, i.application_id, i.input, i.status, i.gate,
-       i.review_reason, i.deadline_at,
+       i.review_reason, i.deadline_at, i.version,
        (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest,
        (SELECT a.status FROM applications a WHERE a.id = i.application_id) AS application_status
 FROM instances i
@@ -323,6 +323,22 @@ def lock(tx: Tx, instance_id: int) -> dict | None:
     if instance is not None:
         tx.now_read_with(instance.pop("now"))
     return instance
+
+
+def decided_by_lost_commit(tx: Tx, instance: dict) -> bool:
+    """Whether an earlier attempt of this call decided about the locked `instance` and committed,
+    its COMMIT's answer lost (`Tx.maybe_committed`). The unit then answers what the instance shows
+    instead of deciding again: a re-run pause would find PAUSED and refuse with 409.
+
+    Every unit that locks an instance bumps its `version`, this one too: one past the version the
+    earlier attempt held means that attempt's mark committed and nothing locked the instance since.
+    The same version means it rolled back. Anything higher: others decided in between, and the
+    unit decides from what it finds, as it would have without the lost answer."""
+    seen = tx.memo.get("instance_version")
+    if tx.maybe_committed and seen is not None and instance["version"] == seen + 1:
+        return True
+    tx.memo["instance_version"] = instance["version"]
+    return False
 
 
 def mark_deciding(tx: Tx, instance_id: int) -> None:

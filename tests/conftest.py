@@ -18,7 +18,7 @@ import subprocess
 
 import falcon.testing
 import pytest
-from helpers import Flow, Tenant, empty_database, make_tenant, serving
+from helpers import Flow, Tenant, empty_database, make_tenant, serving, signal_flow_definition
 
 from weave import migrate
 from weave.app import create_app
@@ -181,3 +181,16 @@ def live_url(config, database):
     server = create_server(create_app(config, database), listener, Config(config.database_url, threads=8))
     with serving(server):
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.fixture
+def expired(flow, clock):
+    """order-1 waits for its payment; the wait expired: step and instance in review (S2.6)."""
+    flow.publish(signal_flow_definition(timeout=600))
+    flow.start("order-1", input={"order_id": "o-1"})
+    flow.scan()
+    flow.finish_task({"reservation_id": "r-1"})
+    clock.advance(600)
+    flow.scan()
+    assert flow.workflow("order-1")["review_reason"] == "WAIT_EXPIRED"
+    return flow

@@ -16,7 +16,8 @@ from helpers import payment, signal_flow_definition, task_steps
 from weave import db
 from weave.db import Database, DatabaseUrl
 from weave.resources.signals import signal_request
-from weave.sql import backoff, checkpoints, signals, tasks
+from weave.rules import signals as signal_rules
+from weave.sql import backoff, checkpoints, engine, signals, tasks
 
 
 @pytest.fixture
@@ -166,3 +167,64 @@ def test_a_signal_whose_commit_answer_is_lost_answers_the_receipt_it_froze(flow,
     receipt = signals.send_signal(proxied, principal, "o-1", request)
     assert flow.send("o-1", "k-1", payment()).text == receipt.text
     assert len(flow.rows("SELECT id FROM signals")) == 1
+
+
+QUEUES = ("inventory", "carrier")
+
+
+@pytest.mark.parametrize(
+    "before, action, after",
+    [(None, "pause", "PAUSED"), ("pause", "resume", "RUNNING"), (None, "cancel", "CANCELLED")],
+)
+def test_a_control_whose_commit_answer_is_lost_answers_what_it_did(
+    flow, proxied, lose_commit_answer, before, action, after
+):
+    """R1 after a lost COMMIT: the re-run finds the instance in the state its first attempt left it
+    in; it answers that state, once audited, instead of 409 INVALID_STATE."""
+    flow.publish(signal_flow_definition())
+    flow.start("o-1", input={"order_id": "o-1"})
+    operator = flow.tenant.principal("workflows:control", queues=QUEUES)
+    if before is not None:
+        engine.control(proxied, operator, "o-1", before, "ticket OPS-0")
+    lose_commit_answer()
+    facts = engine.control(proxied, operator, "o-1", action, "ticket OPS-1")
+    assert facts.instance["status"] == after
+    assert flow.rows("SELECT status FROM instances") == [{"status": after}]
+    audited = flow.rows("SELECT details FROM audit_records WHERE action = %s", (f"workflow.{action}",))
+    assert len(audited) == 1 and "OPS-1" in audited[0]["details"]
+
+
+def test_a_review_whose_commit_answer_is_lost_answers_what_it_did(expired, proxied, lose_commit_answer):
+    """R2 after a lost COMMIT: one retry of the step, one new generation, one audit record."""
+    operator = expired.tenant.principal("workflows:review", queues=QUEUES)
+    lose_commit_answer()
+    facts = engine.review(proxied, operator, "order-1", "retry_step", "payment", signal_rules.ABSENT, "ticket OPS-1")
+    assert (facts.instance["status"], facts.activations["payment"]["activation_sequence"]) == ("RUNNING", 2)
+    sequences = expired.rows("SELECT activation_sequence FROM step_activations WHERE step_key = 'payment' ORDER BY 1")
+    assert sequences == [{"activation_sequence": 1}, {"activation_sequence": 2}]
+    assert len(expired.rows("SELECT id FROM audit_records WHERE action = 'workflow.review'")) == 1
+
+
+def test_a_control_rerun_after_others_locked_the_instance_decides_afresh(
+    flow, database, proxied, lose_commit_answer, monkeypatch
+):
+    """Between the lost COMMIT and the re-run another unit locked the instance (here a resume): the
+    re-run cannot tell its own commit apart, so it decides from what it finds, as without the loss."""
+    flow.publish(signal_flow_definition())
+    flow.start("o-1", input={"order_id": "o-1"})
+    operator = flow.tenant.principal("workflows:control", queues=QUEUES)
+    pause, others = time.sleep, []
+
+    def between_attempts(seconds):
+        if not others:
+            others.append(engine.control(database, operator, "o-1", "resume", "ticket OPS-2"))
+        pause(seconds)
+
+    lose_commit_answer()
+    monkeypatch.setattr(db.time, "sleep", between_attempts)
+    facts = engine.control(proxied, operator, "o-1", "pause", "ticket OPS-1")
+    assert others and facts.instance["status"] == "PAUSED"
+    actions = flow.rows(
+        "SELECT action FROM audit_records WHERE action IN ('workflow.pause', 'workflow.resume') ORDER BY id"
+    )
+    assert [row["action"] for row in actions] == ["workflow.pause", "workflow.resume", "workflow.pause"]

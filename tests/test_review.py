@@ -21,19 +21,6 @@ def review(flow, reviewer, workflow_id="order-1", **body):
     )
 
 
-@pytest.fixture
-def expired(flow, clock):
-    """order-1 waits for its payment; the wait expired: step and instance in review (S2.6)."""
-    flow.publish(signal_flow_definition(timeout=600))
-    flow.start("order-1", input={"order_id": "o-1"})
-    flow.scan()
-    flow.finish_task({"reservation_id": "r-1"})
-    clock.advance(600)
-    flow.scan()
-    assert flow.workflow("order-1")["review_reason"] == "WAIT_EXPIRED"
-    return flow
-
-
 def steps(flow, workflow_id="order-1"):
     return {s["key"]: s for s in flow.workflow(workflow_id)["steps"]}
 
