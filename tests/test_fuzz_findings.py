@@ -27,3 +27,13 @@ def test_an_unknown_query_parameter_is_refused_not_ignored(client, tenant, datab
     assert declared.status_code == 200
     no_query = client.simulate_get("/v1/namespaces/acme/workflows/wf", query_string="x=1", headers=headers)
     assert no_query.status_code == 422 and "takes none" in no_query.json["detail"]
+
+
+def test_a_query_parameter_given_twice_is_refused_not_read_as_one(client, tenant):
+    """`?status=RUNNING&status=PAUSED` was answered with one of the two filters, unsaid which."""
+    headers = tenant.headers("workflows:read", queues=("inventory", "carrier"))
+    result = client.simulate_get(
+        "/v1/namespaces/acme/workflows", query_string="status=RUNNING&status=PAUSED", headers=headers
+    )
+    assert (result.status_code, result.json["code"]) == (422, "VALIDATION_FAILED")
+    assert result.json["errors"] == [{"pointer": "?status", "message": "given more than once"}]

@@ -262,7 +262,8 @@ class Authenticate:
 def check_query_names(req: falcon.Request, meta: Operation) -> None:
     """Refuse query parameters the operation does not declare (422): a misspelt filter
     (`?stauts=NEEDS_REVIEW`) would otherwise be answered as if there were no filter at all, and
-    an operator acting on that list would act on every workflow."""
+    an operator acting on that list would act on every workflow. Refuse one given twice too
+    (422): every parameter takes one value, and reading one of two would drop a filter unsaid."""
     unknown = sorted(set(req.params) - {name for name, _ in meta.query})[:MAX_REPORTED_NAMES]
     if unknown:
         raise WeaveError(
@@ -270,6 +271,13 @@ def check_query_names(req: falcon.Request, meta: Operation) -> None:
             f"unknown query parameter {unknown[0]!r}; this operation takes "
             + (", ".join(name for name, _ in meta.query) or "none"),
             [{"pointer": f"?{name}", "message": "not a parameter of this operation"} for name in unknown],
+        )
+    repeated = sorted(name for name, value in req.params.items() if isinstance(value, list))[:MAX_REPORTED_NAMES]
+    if repeated:
+        raise WeaveError(
+            Code.VALIDATION_FAILED,
+            f"query parameter {repeated[0]!r} is given more than once; it takes one value",
+            [{"pointer": f"?{name}", "message": "given more than once"} for name in repeated],
         )
 
 
