@@ -148,3 +148,15 @@ def test_readyz_answers_503_when_the_database_is_unreachable():
     result = client.simulate_get("/readyz")
     assert (result.status_code, result.json["code"]) == (503, "UNAVAILABLE")
     assert client.simulate_get("/healthz").status_code == 200
+
+
+def test_migrations_run_on_the_first_host_that_answers(scratch_url):
+    """A cluster's URL lists its nodes; `weave migrate` spoke to the first one only, down or not."""
+    from dataclasses import replace
+
+    from weave.devdb import free_port
+
+    url = replace(scratch_url, host="127.0.0.1", port=free_port(), more_hosts=scratch_url.hosts)
+    migrate.ensure_database(url)
+    assert migrate.apply(url) == SHIPPED
+    assert migrate.pending(url) == [] and migrate.pending(scratch_url) == []

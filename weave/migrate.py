@@ -14,7 +14,7 @@ import pymysql
 from yoyo import get_backend, read_migrations
 from yoyo.exceptions import BadMigration
 
-from weave.db import DatabaseUrl, translate
+from weave.db import DatabaseUrl, connect, translate
 
 
 class MigrationsMissing(RuntimeError):
@@ -48,9 +48,10 @@ def shipped(directory: Path | None = None):
 
 
 def ensure_database(url: DatabaseUrl) -> None:
-    """Create the database if it does not exist, always in utf8mb4 (Debian defaults to latin1)."""
+    """Create the database if it does not exist, always in utf8mb4 (Debian defaults to latin1), on
+    the first of the URL's hosts that answers."""
     try:
-        conn = pymysql.connect(host=url.host, port=url.port, user=url.user, password=url.password, autocommit=True)
+        conn = connect(url, database=False, autocommit=True)
         try:
             with conn.cursor() as cur:
                 cur.execute(
@@ -74,11 +75,25 @@ def _backend_and_migrations(url: DatabaseUrl, directory: Path):
     """yoyo's backend, closed afterwards: an idle connection left in a transaction would hold
     metadata locks and block the next DDL (a migration, a DROP DATABASE) indefinitely."""
     migrations = shipped(directory)
-    backend = get_backend(url.yoyo_url())
+    backend = get_backend(_answering(url).yoyo_url())
     try:
         yield backend, migrations
     finally:
         backend.connection.close()
+
+
+def _answering(url: DatabaseUrl) -> DatabaseUrl:
+    """`url` with the first of its hosts that answers (and, on a cluster, is ready) listed first:
+    yoyo speaks to one host, the first, and a cluster's first node may be the one that is down."""
+    if len(url.hosts) == 1:
+        return url
+    try:
+        conn = connect(url, database=False, autocommit=True)
+    except pymysql.err.MySQLError as exc:
+        raise translate(exc) from exc
+    answered = (conn.host, conn.port)
+    conn.close()
+    return url.on_host(url.hosts.index(answered))
 
 
 def apply(url: DatabaseUrl, directory: Path | None = None, upto: str | None = None) -> list[str]:
