@@ -187,6 +187,11 @@ class DatabaseUrl:
             more_hosts=tuple(hosts[1:]),
         )
 
+    def index_of(self, conn) -> int:
+        """The position in `hosts` of the host connection `conn` went to (0 when none of them)."""
+        hosts = self.hosts
+        return hosts.index((conn.host, conn.port)) if (conn.host, conn.port) in hosts else 0
+
     def with_database(self, database: str) -> "DatabaseUrl":
         return replace(self, database=database)
 
@@ -507,14 +512,10 @@ class Database:
         except BaseException:
             self._slots.release()
             raise
-        self._first_host = self._host_index(conn)
+        self._first_host = self.url.index_of(conn)
         self._opened.inc()
         self._open.inc()
         return conn
-
-    def _host_index(self, conn) -> int:
-        hosts = self.url.hosts
-        return hosts.index((conn.host, conn.port)) if (conn.host, conn.port) in hosts else 0
 
     def _checkin(self, conn, reusable: bool) -> None:
         if reusable:
@@ -605,7 +606,7 @@ class Database:
         with several hosts, new connections try the next one first (a cluster's node went away)."""
         if isinstance(error, Retryable) and error.connection_lost:
             if conn is not None and len(self.url.hosts) > 1:
-                self._first_host = (self._host_index(conn) + 1) % len(self.url.hosts)
+                self._first_host = (self.url.index_of(conn) + 1) % len(self.url.hosts)
             self.close()
 
     def attempt(self, unit: Callable[..., T], *args, **kwargs) -> T:

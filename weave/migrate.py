@@ -91,9 +91,9 @@ def _answering(url: DatabaseUrl) -> DatabaseUrl:
         conn = connect(url, database=False, autocommit=True)
     except pymysql.err.MySQLError as exc:
         raise translate(exc) from exc
-    answered = (conn.host, conn.port)
+    answered = url.index_of(conn)
     conn.close()
-    return url.on_host(url.hosts.index(answered))
+    return url.on_host(answered)
 
 
 def apply(url: DatabaseUrl, directory: Path | None = None, upto: str | None = None) -> list[str]:
