@@ -27,6 +27,12 @@ def schedule_wait(tx: Tx, instance_id: int, wait_id: int, due_at: datetime) -> N
     tx.later(INSERT_CHECKPOINT, (instance_id, "WAIT", wait_id, due_at, due_at, tx.now()))
 
 
+def look_again(tx: Tx, instance_id: int, due_at: datetime) -> None:
+    """A ROOT look at `due_at` for a unit that defers without deciding: it stands whether the unit
+    commits or is rolled back as undecided (`Tx.afterwards`)."""
+    tx.afterwards(INSERT_CHECKPOINT, (instance_id, "ROOT", None, due_at, due_at, tx.now()))
+
+
 DUE_CHECKPOINTS = """
 SELECT id, available_at AS due_at FROM checkpoints
 WHERE available_at <= %s
@@ -66,5 +72,6 @@ def claim(tx: Tx, checkpoint_id: int) -> dict | None:
 
 
 def delete(tx: Tx, checkpoint_id: int) -> None:
-    """A look that was done: the claimed checkpoint goes in the same transaction."""
-    tx.transition(DELETE_CHECKPOINT, (checkpoint_id,), f"delete checkpoint {checkpoint_id}")
+    """A look that was done: the claimed checkpoint goes with the look's decision, or alone when
+    the look decided nothing (`Tx.afterwards`: the unit is then rolled back)."""
+    tx.afterwards(DELETE_CHECKPOINT, (checkpoint_id,), f"delete checkpoint {checkpoint_id}")

@@ -40,6 +40,8 @@ from weave.times import rfc3339
 SCANNER = "system:scanner"
 # A disabled application blocks new work; nothing announces its re-enabling, so look again later.
 DISABLED_APPLICATION_RECHECK = timedelta(seconds=60)
+# A POLL round's report held by another unit: it is applied by that unit, or backed off; look again.
+INBOX_HELD_RECHECK = timedelta(seconds=1)
 
 
 # ---- the scanner's units ----------------------------------------------------------------------------
@@ -116,7 +118,7 @@ def control(tx: Tx, principal: Principal, workflow_id: str, action: str, reason:
     namespace_id, actor = principal.namespace_id, principal.actor
     instance_id = instances.addressed(tx, principal, workflow_id)["id"]
     instance = instances.lock(tx, instance_id)
-    if instances.decided_by_lost_commit(tx, instance):
+    if instances.decided_by_lost_commit(tx, instance, f"workflow.{action}"):
         return instances.read_facts(tx, namespace_id, workflow_id)
     target = control_rules.transition(action, instance["status"])
     if target is None:
@@ -129,7 +131,7 @@ def control(tx: Tx, principal: Principal, workflow_id: str, action: str, reason:
         namespace_id,
         actor,
         f"workflow.{action}",
-        {"workflow_id": workflow_id, "reason": reason},
+        {"workflow_id": workflow_id, "reason": reason, "call_id": instances.call_id(tx)},
         instance_id=instance_id,
         credential_id=principal.credential_id,
     )
@@ -165,7 +167,7 @@ def review(
     `result` is the operator's value for complete_step (review_rules.ABSENT when not given)."""
     instance_id = instances.addressed(tx, principal, workflow_id)["id"]
     instance = instances.lock(tx, instance_id)
-    if instances.decided_by_lost_commit(tx, instance):
+    if instances.decided_by_lost_commit(tx, instance, "workflow.review"):
         return instances.read_facts(tx, principal.namespace_id, workflow_id)
     steps = definitions.document(tx, instance["definition_id"], instance["definition_digest"])["steps"]
     index, step = next(((i, s) for i, s in enumerate(steps) if s["key"] == step_key), (None, None))
@@ -178,9 +180,10 @@ def review(
     latest = activations.latest(tx, instance_id).get(step_key) if action in review_rules.STEP_ACTIONS else None
     activation = wait = None
     running = False
-    if latest is not None:  # in lock order: activation, wait, tasks
+    if latest is not None:  # in lock order: activation, wait, the generation's signals, tasks
         activation = activations.lock(tx, latest["id"])
         wait = waits.lock_of_activation(tx, activation["id"])
+        signals.lock_pending_of_generation(tx, instance_id, step_key, activation["activation_sequence"])
         running = any(task["status"] == "RUNNING" for task in tasks.lock_open_of_activation(tx, activation["id"]))
     refused = review_rules.refusal(
         review_rules.ReviewFacts(
@@ -221,7 +224,7 @@ def review(
         principal.namespace_id,
         actor,
         "workflow.review",
-        {"workflow_id": workflow_id, **data},
+        {"workflow_id": workflow_id, **data, "call_id": instances.call_id(tx)},
         instance_id=instance_id,
         credential_id=principal.credential_id,
     )
@@ -360,18 +363,20 @@ def _check_step_deadline(tx: Tx, instance: dict, latest: dict, actor: str) -> No
     """P7: a TASK step whose deadline passed without a final task outcome goes to review.
 
     A task that finished before the deadline still counts: its inbox event decides, even when it
-    is consumed late (the scanner may have been down).
-    """
+    is consumed late (the scanner may have been down). The activation, then the task, are locked
+    before the task is read (global lock order): a report stamped before the deadline whose
+    COMMIT is under way is waited for, never read as it stood before it. A running task is asked
+    to stop as of the deadline (its fact time, `tasks.cancel_open_tasks`)."""
     if latest["deadline_at"] is None or tx.now() < latest["deadline_at"]:
-        return
-    task = tasks.newest_of_activation(tx, latest["id"])
-    if task is not None and task["completed_at"] is not None and task["completed_at"] < latest["deadline_at"]:
         return
     activation = activations.lock(tx, latest["id"])
     if activation["status"] != "ACTIVE":
         return
+    task = tasks.lock_newest_of_activation(tx, activation["id"])
+    if task is not None and task["completed_at"] is not None and task["completed_at"] < activation["deadline_at"]:
+        return
     review_step(tx, instance, activation, progress.STEP_DEADLINE_EXCEEDED, actor)
-    tasks.cancel_open_tasks(tx, activation["id"])
+    tasks.cancel_open_tasks(tx, activation["id"], requested_at=activation["deadline_at"])
 
 
 # ---- consuming a wait's signal -------------------------------------------------------------------------
@@ -390,14 +395,22 @@ def consume_wait(tx: Tx, instance: dict, wait_id: int, actor: str) -> str:
     if not wait_rows:
         return "SETTLED"  # no such wait: nothing to decide
     (activation,), (wait,) = activation_rows, wait_rows
-    if wait["status"] != "WAITING" or activation["status"] != "ACTIVE":
-        return "SETTLED"  # decided, or the step is with an operator (review) who will settle the wait
+    if wait["status"] != "WAITING":
+        return "SETTLED"  # decided
+    if activation["status"] != "ACTIVE":
+        # The step is with an operator (review): the wait takes no signal, but it ends at its
+        # deadline all the same (S2.6), so that signals sent later are LATE and the ones it holds
+        # expire at their time (S2.7) instead of waiting for a wait that takes none.
+        if tx.now() >= wait["deadline_at"]:
+            _expire(tx, instance, wait)
+            return "EXPIRED"
+        return "SETTLED"
     if wait["kind"] == "POLL":
         return look_at_poll(tx, instance, activation, _step(tx, instance, activation), actor, wait=wait)
     verdict = _adjudicate_signals(wait, pending, tx.now())
     _reject(tx, instance, verdict.rejected)
     if verdict.winner is not None:
-        winner = next(s for s in pending if s["id"] == verdict.winner)
+        winner = signals.read_candidate(tx, verdict.winner)
         if not _proof_holds(tx, instance, winner):
             _refuse_tampered(tx, instance, activation, winner, actor)
             return "PROOF_MISMATCH"
@@ -450,9 +463,12 @@ def _consume(tx: Tx, instance: dict, wait: dict, winner: dict, actor: str) -> No
 
 
 def _refuse_tampered(tx: Tx, instance: dict, activation: dict, signal: dict, actor: str) -> None:
-    """S1.12: a signal whose stored form no longer gives its recorded digest is never used."""
+    """S1.12: a signal whose stored form no longer gives its recorded digest is never used. The
+    step goes to review, and a POLL step's round with it (P5: a queued round is cancelled, a
+    running one asked to stop), as for every other review of a step with work in flight."""
     review_step(tx, instance, activation, "ACCEPTANCE_PROOF_MISMATCH", actor)
     events.append(tx, instance["id"], "SIGNAL_PROOF_MISMATCH", {"signal_id": str(signal["id"])})
+    tasks.cancel_open_tasks(tx, activation["id"])
 
 
 def _expire(tx: Tx, instance: dict, wait: dict) -> None:
@@ -511,9 +527,14 @@ def look_at_poll(
     now = tx.now()
     if not inbox_path and current["status"] not in poll.OPEN:
         unconsumed = inbox.claim_of_task(tx, current["id"])
+        if unconsumed is None and inbox.held_of_task(tx, current["id"]):
+            # C5: another unit holds the round's report (one that applies it waits for this
+            # instance lock; a failed try records its backoff): never decide without it.
+            checkpoints.look_again(tx, instance["id"], now + INBOX_HELD_RECHECK)
+            return "DEFERRED"
         if unconsumed is not None and unconsumed["attempts"] > 0 and unconsumed["available_at"] > now:
             # C5: the round's report failed to apply and waits for its retry: never decide without it.
-            checkpoints.schedule_root(tx, instance["id"], unconsumed["available_at"])
+            checkpoints.look_again(tx, instance["id"], unconsumed["available_at"])
             return "DEFERRED"
         if unconsumed is not None:
             # C5: decide with the stored report, and record it first, so the history shows every
@@ -527,7 +548,7 @@ def look_at_poll(
         # Mismatched and late signals are refused whoever wins; matching losers wait for the winner.
         _reject(tx, instance, {i: d for i, d in verdict.rejected.items() if d != "WAIT_SETTLED"})
         if verdict.winner is not None:
-            candidate_row = next(s for s in pending if s["id"] == verdict.winner)
+            candidate_row = signals.read_candidate(tx, verdict.winner)
             candidate = _final_signal(candidate_row)
     elif wait is not None and wait["winner_signal_id"] is not None:
         taken = _final_signal(signals.read_payload(tx, wait["winner_signal_id"]))

@@ -78,3 +78,13 @@ def claim_of_task(tx: Tx, task_id: int) -> dict | None:
     """The task's PENDING inbox event, locked; None when it is consumed, or held by a scanner that
     is about to apply it (it waits for the instance lock the caller holds: skipped, never waited on)."""
     return tx.one(CLAIM_OF_TASK, (task_id,))
+
+
+SELECT_HELD_OF_TASK = "SELECT id FROM inbox_events WHERE task_id = %s AND status = 'PENDING'"
+
+
+def held_of_task(tx: Tx, task_id: int) -> bool:
+    """Whether the task has a PENDING inbox event (read, not locked): after `claim_of_task` found
+    none, one that exists is held by another unit. No unit can consume it while the caller holds
+    the instance lock, so what this read finds stands until the caller commits."""
+    return tx.one(SELECT_HELD_OF_TASK, (task_id,)) is not None

@@ -9,6 +9,7 @@ later change of an instance's status is the engine's, through `move`.
 from __future__ import annotations
 
 import heapq
+import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from itertools import islice
@@ -295,7 +296,7 @@ def context(tx: Tx, instance_id: int, workflow_id: str, input_text: str, value: 
 # row is locked, never the definition or application rows that many instances share.
 LOCK_INSTANCE = """
 SELECT UTC_TIMESTAMP(6) AS now, i.id, i.namespace_id, i.workflow_id, i.definition_id, i.application_id, i.input, i.status, i.gate,
-       i.review_reason, i.deadline_at, i.version,
+       i.review_reason, i.deadline_at,
        (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest,
        (SELECT a.status FROM applications a WHERE a.id = i.application_id) AS application_status
 FROM instances i
@@ -325,27 +326,40 @@ def lock(tx: Tx, instance_id: int) -> dict | None:
     return instance
 
 
-def decided_by_lost_commit(tx: Tx, instance: dict) -> bool:
+# The audit record of one call (control or review) of one instance, found by the identity the call
+# wrote into it: through ix_audit_instance, newest first, so only the instance's records are read.
+SELECT_RECORD_OF_CALL = """
+SELECT id FROM audit_records FORCE INDEX (ix_audit_instance)
+WHERE instance_id = %s AND action = %s AND JSON_UNQUOTE(JSON_EXTRACT(details, '$.call_id')) = %s
+ORDER BY id DESC LIMIT 1
+"""
+
+
+def call_id(tx: Tx) -> str:
+    """The identity of this call of a unit, the same for every attempt of it (`Tx.memo`): a unit
+    that decides about an instance writes it into its audit record, so that a re-run after a lost
+    COMMIT can tell whether its earlier attempt committed (`decided_by_lost_commit`)."""
+    return tx.memo.setdefault("call_id", secrets.token_hex(16))
+
+
+def decided_by_lost_commit(tx: Tx, instance: dict, action: str) -> bool:
     """Whether an earlier attempt of this call decided about the locked `instance` and committed,
     its COMMIT's answer lost (`Tx.maybe_committed`). The unit then answers what the instance shows
     instead of deciding again: a re-run pause would find PAUSED and refuse with 409.
 
-    Every unit that locks an instance bumps its `version`, this one too: one past the version the
-    earlier attempt held means that attempt's mark committed and nothing locked the instance since.
-    The same version means it rolled back. Anything higher: others decided in between, and the
-    unit decides from what it finds, as it would have without the lost answer."""
-    seen = tx.memo.get("instance_version")
-    if tx.maybe_committed and seen is not None and instance["version"] == seen + 1:
-        return True
-    tx.memo["instance_version"] = instance["version"]
-    return False
+    The earlier attempt is recognised by what it wrote, never by arithmetic on the instance: its
+    audit record (`action`) carries the call's `call_id`. Found: it committed, whatever others
+    did since. Not found: it rolled back, and the unit decides from what it finds."""
+    if not tx.maybe_committed or "call_id" not in tx.memo:
+        return False
+    return tx.one(SELECT_RECORD_OF_CALL, (instance["id"], action, tx.memo["call_id"])) is not None
 
 
 def mark_deciding(tx: Tx, instance_id: int) -> None:
     """Write the instance's row (its `version`), which takes its lock: every unit that locks an
     instance calls it. Queued: it is sent with the unit's next statement, which then runs under
     the lock."""
-    tx.later(MARK_DECIDING, (instance_id,))
+    tx.lock_by_writing(MARK_DECIDING, (instance_id,))
 
 
 COUNT_STORED_SIGNAL = "UPDATE instances SET signals_stored = signals_stored + 1 WHERE id = %s"

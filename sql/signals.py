@@ -73,16 +73,24 @@ FORGET_OLD_WINDOWS = "DELETE FROM signal_quota_windows WHERE application_id = %s
 
 @unit_of_work
 def take_quota(tx: Tx, application_id: int, per_minute: int) -> int | None:
-    """Count one signal request in the current minute; the seconds to wait when over the quota."""
+    """Count one signal request in the current minute; the seconds to wait when over the quota.
+
+    A re-run after a COMMIT whose answer was lost (`Tx.maybe_committed`) does not count again: it
+    answers what the earlier attempt decided (`Tx.memo`). A window row has no identity of each
+    count, so had that COMMIT not happened the request is counted none: one request short in
+    one minute is the harmless side of the doubt (the client is never throttled for a count it
+    did not make)."""
+    if tx.maybe_committed and "quota_answer" in tx.memo:
+        return tx.memo["quota_answer"]
     now = tx.now()
     window = now.replace(second=0, microsecond=0)
     tx.later(COUNT_IN_WINDOW, (application_id, window))  # sent with the read of the count: one round trip
     used = tx.one(USED_IN_WINDOW, (application_id, window))["used"]
     if used == 1:
         tx.later(FORGET_OLD_WINDOWS, (application_id, window))  # sent with COMMIT
-    if used <= per_minute:
-        return None
-    return max(1, int((window + timedelta(minutes=1) - now).total_seconds() + 0.999))
+    answer = None if used <= per_minute else max(1, int((window + timedelta(minutes=1) - now).total_seconds() + 0.999))
+    tx.memo["quota_answer"] = answer
+    return answer
 
 
 # ---- send -----------------------------------------------------------------------------------------
@@ -230,7 +238,7 @@ def _accept(
             decision.disposition,
             now,
             instance["deadline_at"],
-            now,
+            instance["deadline_at"],  # available_at: a PENDING signal's first look is at its expiry
             now if decision.status != rules.PENDING else None,
             now,
             receipt_rest,
@@ -326,16 +334,12 @@ WHERE instance_id = %s AND status = 'PENDING'
 """
 
 
-# The generation of a wait the unit has just locked (the join re-reads that row under its own lock),
-# with each signal's acceptance digest (S1.12) from its audit record. The index is named: left to
-# itself the planner may read the whole instance (up to 1,024 signals) through uq_signals_idempotency.
-LOCK_PENDING_OF_WAIT = (
-    """
-SELECT s.id, s.name, s.payload_version, s.correlation, s.payload, s.payload_present, s.accepted_at, s.request_digest,
-       s.reason, s.evidence_ref, s.target_step_key, s.target_activation_sequence,
-       """
-    + audit.ACCEPTANCE_DIGEST_OF_SIGNAL_ROW
-    + """ AS recorded_digest
+# The generation of a wait the unit has just locked (the join re-reads that row under its own lock):
+# what adjudication needs of each signal, and no more (S2.2: ids, contract, key and times; never
+# payloads, up to 1,024 × 256 KiB under the instance lock). The index is named: left to itself the
+# planner may read the whole instance (up to 1,024 signals) through uq_signals_idempotency.
+LOCK_PENDING_OF_WAIT = """
+SELECT s.id, s.name, s.payload_version, s.correlation, s.accepted_at
 FROM waits w
 JOIN signals s FORCE INDEX (ix_signals_generation) ON s.instance_id = w.instance_id AND s.target_step_key = w.step_key
               AND s.target_activation_sequence = w.activation_sequence AND s.status = 'PENDING'
@@ -343,13 +347,31 @@ WHERE w.id = %s
 ORDER BY s.accepted_at, s.id
 FOR UPDATE
 """
-)
 
 
 def pending_of_wait_locking(wait_id: int) -> tuple[str, tuple]:
     """The PENDING signals aimed at a locked wait's generation, locked, first accepted first
-    (S2.2), each with `recorded_digest`; a read for `Tx.all_together`, after the wait's lock."""
+    (S2.2), without their payloads; a read for `Tx.all_together`, after the wait's lock."""
     return LOCK_PENDING_OF_WAIT, (wait_id,)
+
+
+# The one signal adjudication chose, whole: its payload and what its acceptance proof is checked
+# against (S1.12), with the digest its acceptance audit record holds. Already locked by the unit.
+SELECT_CANDIDATE = (
+    """
+SELECT s.id, s.name, s.payload_version, s.correlation, s.payload, s.payload_present, s.accepted_at, s.request_digest,
+       s.reason, s.evidence_ref, s.target_step_key, s.target_activation_sequence,
+       """
+    + audit.ACCEPTANCE_DIGEST_OF_SIGNAL_ROW
+    + """ AS recorded_digest
+FROM signals s WHERE s.id = %s
+"""
+)
+
+
+def read_candidate(tx: Tx, signal_id: int) -> dict:
+    """The signal adjudication chose, with its payload and `recorded_digest` (the caller holds its lock)."""
+    return tx.one(SELECT_CANDIDATE, (signal_id,))
 
 
 SELECT_PAYLOAD = "SELECT id, accepted_at, payload FROM signals WHERE id = %s"
@@ -369,6 +391,19 @@ def consume(tx: Tx, signal_id: int, wait_id: int) -> None:
     tx.transition(CONSUME_SIGNAL, (wait_id, now, now, signal_id), f"consume signal {signal_id}")
 
 
+LOCK_PENDING_OF_GENERATION = """
+SELECT id FROM signals FORCE INDEX (ix_signals_generation)
+WHERE instance_id = %s AND target_step_key = %s AND target_activation_sequence = %s AND status = 'PENDING'
+FOR UPDATE
+"""
+
+
+def lock_pending_of_generation(tx: Tx, instance_id: int, step_key: str, sequence: int) -> None:
+    """Lock the PENDING signals aimed at one step generation, before the tasks (global lock order),
+    for a unit that settles them after it has looked at the tasks (review)."""
+    tx.all(LOCK_PENDING_OF_GENERATION, (instance_id, step_key, sequence))
+
+
 def reject_pending_of_generation(tx: Tx, instance_id: int, step_key: str, sequence: int, disposition: str) -> int:
     """Every PENDING signal aimed at one step generation (any number, none included) is REJECTED."""
     return tx.execute(REJECT_PENDING_OF_GENERATION, (disposition, tx.now(), instance_id, step_key, sequence))
@@ -381,10 +416,13 @@ def reject_all_pending(tx: Tx, instance_id: int, disposition: str) -> int:
 
 # ---- expiry of unmatched signals (the scanner's third source, S2.7) -------------------------------
 
+# A PENDING signal's first look is at its expiry (`available_at` starts at `expires_at`, S2.7) and
+# later ones only move it later: the next look is the candidate's due time, for the sort and for the
+# scanner's lag alike, so a signal deferred again and again never sorts ahead of fresh work.
 DUE_EXPIRIES = """
-SELECT id, expires_at AS due_at FROM signals
-WHERE status = 'PENDING' AND expires_at <= %s AND available_at <= %s
-ORDER BY expires_at, id
+SELECT id, available_at AS due_at FROM signals FORCE INDEX (ix_signals_next_look)
+WHERE status = 'PENDING' AND available_at <= %s
+ORDER BY available_at, id
 LIMIT %s
 """
 SELECT_SIGNAL_INSTANCE = "SELECT instance_id FROM signals WHERE id = %s"
@@ -403,27 +441,27 @@ FAILURES = backoff.Source(
 )
 
 
-COUNT_DUE_EXPIRIES = (
-    "SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING' AND expires_at <= %s AND available_at <= %s"
-)
+COUNT_DUE_EXPIRIES = "SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING' AND available_at <= %s"
 
 
 def listing_expiries(now: datetime, limit: int) -> tuple[str, tuple]:
     """The read of the signals whose expiry is due at `now`, oldest first, for `Tx.all_together`."""
-    return DUE_EXPIRIES, (now, now, limit)
+    return DUE_EXPIRIES, (now, limit)
 
 
 def count_expiry_due(tx: Tx) -> int:
-    now = tx.now()
-    return tx.one(COUNT_DUE_EXPIRIES, (now, now))["n"]
+    return tx.one(COUNT_DUE_EXPIRIES, (tx.now(),))["n"]
 
 
 @unit_of_work
 def expire_unmatched_signal(tx: Tx, signal_id: int) -> str | None:
-    """A PENDING signal past its `expires_at` that no wait is waiting for becomes EXPIRED_UNMATCHED.
+    """A PENDING signal past its `expires_at` that no wait can take any more becomes EXPIRED_UNMATCHED.
 
-    The instance is locked before the signal (global lock order). A signal whose wait is still
-    WAITING belongs to that wait's decision (it may be on time): look again after the wait's deadline.
+    The instance is locked before the signal (global lock order). A signal whose wait can still
+    take it (WAITING, under an ACTIVE step) belongs to that wait's decision (it may be on time):
+    the expiry looks again after the wait's deadline, without a decision (the unit rolls back, and
+    only the signal's next look moves). A wait under a step in review takes no signal: the expiry
+    goes ahead (S2.7).
     """
     row = tx.one(SELECT_SIGNAL_INSTANCE, (signal_id,))
     if row is None:
@@ -431,15 +469,14 @@ def expire_unmatched_signal(tx: Tx, signal_id: int) -> str | None:
     instance = instances.lock(tx, row["instance_id"])
     signal = tx.one(LOCK_PENDING_SIGNAL, (signal_id,))
     now = tx.now()
-    if signal is None or signal["expires_at"] > now or signal["available_at"] > now:
+    if signal is None or signal["available_at"] > now:
         return None
-    wait = waits.waiting_for(tx, instance["id"], signal["target_step_key"], signal["target_activation_sequence"])
+    if signal["expires_at"] > now:  # a next look before the expiry (a row written so by hand): move it there
+        tx.afterwards(LOOK_AGAIN_AT, (signal["expires_at"], signal_id))
+        return None
+    wait = waits.open_for(tx, instance["id"], signal["target_step_key"], signal["target_activation_sequence"])
     if wait is not None:
-        tx.transition(
-            LOOK_AGAIN_AT,
-            (max(wait["deadline_at"], now + EXPIRY_RECHECK), signal_id),
-            f"defer the expiry of signal {signal_id}",
-        )
+        tx.afterwards(LOOK_AGAIN_AT, (max(wait["deadline_at"], now + EXPIRY_RECHECK), signal_id))
         return "EXPIRY_DEFERRED"
     tx.transition(EXPIRE_SIGNAL, (now, signal_id), f"expire signal {signal_id}")
     events.append(

@@ -217,7 +217,7 @@ WHERE t.id = %s AND t.namespace_id = %s
 """
 LOCK_TASK = """
 SELECT id, namespace_id, queue_id, instance_id, activation_id, kind, status, attempt, max_attempts,
-       lease_token, lease_expires_at, cancel_requested
+       lease_token, lease_expires_at, deadline_at, cancel_requested, cancel_requested_at
 FROM tasks WHERE id = %s FOR UPDATE
 """
 EXTEND_LEASE = "UPDATE tasks SET lease_expires_at = %s WHERE id = %s AND status = 'RUNNING' AND lease_token = %s"
@@ -360,7 +360,8 @@ def expired_lease_candidates(tx: Tx, limit: int) -> list[dict]:
 
 @unit_of_work
 def expire_lease(tx: Tx, task_id: int, queue_id: int) -> str | None:
-    """P4: a RUNNING task whose lease passed is re-queued, or settled UNKNOWN on its last attempt.
+    """P4: a RUNNING task whose lease passed is re-queued, or settled UNKNOWN (or CANCELLED: a
+    cancellation that came after the lease ended), by the facts' times (`pulse.after_lease_expired`).
 
     Returns what happened, or None when the candidate was no longer expired (a heartbeat won).
     """
@@ -368,16 +369,32 @@ def expire_lease(tx: Tx, task_id: int, queue_id: int) -> str | None:
     task = tx.one(LOCK_TASK_SKIP_LOCKED, (task_id,))
     if task is None or task["status"] != "RUNNING" or task["lease_expires_at"] > tx.now():
         return None
-    decision = pulse.after_lease_expired(task["attempt"], task["max_attempts"], bool(task["cancel_requested"]))
+    decision = pulse.after_lease_expired(
+        pulse.LeaseFacts(
+            task["attempt"], task["max_attempts"], task["lease_expires_at"], task["deadline_at"], _cancel_time(task)
+        )
+    )
     lost = jsontext.compact({"message": "lease expired", "attempt": task["attempt"]})
     if decision == pulse.REQUEUE:
         _requeue(tx, task, lost)
     else:
-        _settle(tx, task, "UNKNOWN", None, lost)
+        _settle(tx, task, decision, None, lost)
     return decision
 
 
-REQUEST_CANCEL = "UPDATE tasks SET cancel_requested = 1 WHERE id = %s AND status = 'RUNNING'"
+def _cancel_time(task: dict) -> datetime | None:
+    """When the task was asked to stop; a request stored before that time was kept (NULL) counts
+    as made while the lease held, as it was then decided."""
+    if not task["cancel_requested"]:
+        return None
+    return task["cancel_requested_at"] or datetime.min
+
+
+# The first request's time is the fact (`pulse.after_lease_expired` compares it with the lease's end).
+REQUEST_CANCEL = """
+UPDATE tasks SET cancel_requested = 1, cancel_requested_at = COALESCE(cancel_requested_at, %s)
+WHERE id = %s AND status = 'RUNNING'
+"""
 LOCK_OPEN_TASKS_OF_ACTIVATION = """
 SELECT id, namespace_id, queue_id, instance_id, activation_id, kind, status, attempt, max_attempts,
        lease_token, lease_expires_at, cancel_requested
@@ -390,9 +407,10 @@ def lock_open_of_activation(tx: Tx, activation_id: int) -> list[dict]:
     return tx.all(LOCK_OPEN_TASKS_OF_ACTIVATION, (activation_id,))
 
 
-def cancel_open_tasks(tx: Tx, activation_id: int) -> list[str]:
+def cancel_open_tasks(tx: Tx, activation_id: int, requested_at: datetime | None = None) -> list[str]:
     """P5: QUEUED tasks of the activation are CANCELLED at once (with their inbox event); RUNNING
     ones get a cancel intent and keep lease, permit and step until the worker reports.
+    `requested_at`: the time of the fact that cancels them (a step deadline), now by default.
 
     The caller holds the instance and activation locks; tasks come last in the lock order, and a
     QUEUED task holds no permit, so no queue lock is needed.
@@ -403,19 +421,22 @@ def cancel_open_tasks(tx: Tx, activation_id: int) -> list[str]:
             _settle(tx, task, "CANCELLED", None, jsontext.compact({"message": "cancelled before it started"}))
             done.append("CANCELLED")
         else:
-            tx.transition(REQUEST_CANCEL, (task["id"],), f"request cancellation of task {task['id']}")
+            tx.transition(
+                REQUEST_CANCEL, (requested_at or tx.now(), task["id"]), f"request cancellation of task {task['id']}"
+            )
             done.append("CANCEL_REQUESTED")
     return done
 
 
-SELECT_NEWEST_TASK = """
-SELECT id, status, completed_at FROM tasks WHERE activation_id = %s ORDER BY id DESC LIMIT 1
+LOCK_NEWEST_TASK = """
+SELECT id, status, completed_at FROM tasks WHERE activation_id = %s ORDER BY id DESC LIMIT 1 FOR UPDATE
 """
 
 
-def newest_of_activation(tx: Tx, activation_id: int) -> dict | None:
-    """The activation's latest task (`id`, `status`, `completed_at`), not locked."""
-    return tx.one(SELECT_NEWEST_TASK, (activation_id,))
+def lock_newest_of_activation(tx: Tx, activation_id: int) -> dict | None:
+    """The activation's latest task (`id`, `status`, `completed_at`), locked: a report that is
+    being committed is waited for, not read as it was before it."""
+    return tx.one(LOCK_NEWEST_TASK, (activation_id,))
 
 
 SELECT_TASK = "SELECT id, activation_id, kind, status, attempt FROM tasks WHERE id = %s"

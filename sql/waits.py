@@ -26,9 +26,10 @@ SELECT id, instance_id, step_key, kind, name, payload_version, correlation, acti
        status, deadline_at, winner_signal_id
 FROM waits WHERE activation_id = %s FOR UPDATE
 """
-SELECT_WAITING_FOR_GENERATION = """
-SELECT id, deadline_at FROM waits
-WHERE instance_id = %s AND step_key = %s AND activation_sequence = %s AND status = 'WAITING'
+SELECT_OPEN_FOR_GENERATION = """
+SELECT w.id, w.deadline_at FROM waits w JOIN step_activations a ON a.id = w.activation_id
+WHERE w.instance_id = %s AND w.step_key = %s AND w.activation_sequence = %s AND w.status = 'WAITING'
+  AND a.status = 'ACTIVE'
 """
 LOCK_WAITING_OF_INSTANCE = "SELECT id FROM waits WHERE instance_id = %s AND status = 'WAITING' ORDER BY id FOR UPDATE"
 SATISFY_WAIT = """
@@ -76,9 +77,10 @@ def lock_of_activation(tx: Tx, activation_id: int) -> dict | None:
     return tx.one(LOCK_WAIT_OF_ACTIVATION, (activation_id,))
 
 
-def waiting_for(tx: Tx, instance_id: int, step_key: str, sequence: int) -> dict | None:
-    """The WAITING wait of one step generation, if any (not locked)."""
-    return tx.one(SELECT_WAITING_FOR_GENERATION, (instance_id, step_key, sequence))
+def open_for(tx: Tx, instance_id: int, step_key: str, sequence: int) -> dict | None:
+    """The wait of one step generation that can still take a signal (WAITING, its step ACTIVE),
+    if any (not locked)."""
+    return tx.one(SELECT_OPEN_FOR_GENERATION, (instance_id, step_key, sequence))
 
 
 def lock_waiting(tx: Tx, instance_id: int) -> list[int]:

@@ -158,6 +158,15 @@ def test_a_backoff_whose_commit_answer_is_lost_while_another_scanner_counts_its_
     assert others and flow.rows("SELECT attempts FROM checkpoints") == [{"attempts": 2}]
 
 
+def test_a_quota_count_whose_commit_answer_is_lost_is_counted_once(flow, proxied, lose_commit_answer):
+    """Issue 25, item 9: the re-run answers what the earlier attempt decided, and counts nothing."""
+    (application,) = flow.rows("SELECT id FROM applications WHERE name = %s", (flow.tenant.application,))
+    assert signals.take_quota(proxied, application["id"], 1) is None
+    lose_commit_answer()
+    assert signals.take_quota(proxied, application["id"], 2) is None  # the second of two: not over
+    assert flow.rows("SELECT used FROM signal_quota_windows") == [{"used": 2}]
+
+
 def test_a_signal_whose_commit_answer_is_lost_answers_the_receipt_it_froze(flow, proxied, lose_commit_answer):
     flow.publish(signal_flow_definition())
     flow.start("o-1", input={"order_id": "o-1"})
@@ -205,11 +214,12 @@ def test_a_review_whose_commit_answer_is_lost_answers_what_it_did(expired, proxi
     assert len(expired.rows("SELECT id FROM audit_records WHERE action = 'workflow.review'")) == 1
 
 
-def test_a_control_rerun_after_others_locked_the_instance_decides_afresh(
+def test_a_control_rerun_after_others_decided_recognises_its_own_commit(
     flow, database, proxied, lose_commit_answer, monkeypatch
 ):
-    """Between the lost COMMIT and the re-run another unit locked the instance (here a resume): the
-    re-run cannot tell its own commit apart, so it decides from what it finds, as without the loss."""
+    """Between the lost COMMIT and the re-run another unit decided about the instance (here a
+    resume): the re-run finds its own audit record by the call's identity (issue 25, A) and answers
+    the instance as it is now; it does not pause a second time."""
     flow.publish(signal_flow_definition())
     flow.start("o-1", input={"order_id": "o-1"})
     operator = flow.tenant.principal("workflows:control", queues=QUEUES)
@@ -223,8 +233,8 @@ def test_a_control_rerun_after_others_locked_the_instance_decides_afresh(
     lose_commit_answer()
     monkeypatch.setattr(db.time, "sleep", between_attempts)
     facts = engine.control(proxied, operator, "o-1", "pause", "ticket OPS-1")
-    assert others and facts.instance["status"] == "PAUSED"
+    assert others and facts.instance["status"] == "RUNNING"
     actions = flow.rows(
         "SELECT action FROM audit_records WHERE action IN ('workflow.pause', 'workflow.resume') ORDER BY id"
     )
-    assert [row["action"] for row in actions] == ["workflow.pause", "workflow.resume", "workflow.pause"]
+    assert [row["action"] for row in actions] == ["workflow.pause", "workflow.resume"]

@@ -137,14 +137,17 @@ def test_signal_queries_use_their_indexes(populated, clock):
     # ≤1024), the acceptance record by the signal's key.
     assert ("w", "PRIMARY") in keys_used(matching)
     assert {key for key in keys_used(matching) if key[0] == "s"} == {("s", "ix_signals_generation")}
-    assert ("audit_records", "ix_audit_signal") in keys_used(matching)
+    some = database.run(lambda tx: tx.one("SELECT id FROM signals WHERE instance_id = %s LIMIT 1", (instance_id,)))
+    candidate = explain(database, signals.SELECT_CANDIDATE, (some["id"],))
+    assert ("s", "PRIMARY") in keys_used(candidate)
+    assert ("audit_records", "ix_audit_signal") in keys_used(candidate)
     for page in (
         explain(database, signals.SELECT_SIGNAL_PAGE, (instance_id, 0, 50)),
         explain(database, signals.SELECT_SIGNAL_PAGE_BY_STATUS, (instance_id, "PENDING", 0, 50)),
     ):
         assert keys_used(page) == {("s", "uq_signals_idempotency")}
-    expiry = explain(database, signals.DUE_EXPIRIES, (clock.now(), clock.now(), 100))
-    assert ("signals", "ix_signals_expiry") in keys_used(expiry)
+    expiry = explain(database, signals.DUE_EXPIRIES, (clock.now(), 100))
+    assert ("signals", "ix_signals_next_look") in keys_used(expiry)
     replay = explain(database, signals.SELECT_TARGET_INSTANCE_AND_KEY, ("k1", namespace_id, "w7"))
     assert ("s", "uq_signals_idempotency") in keys_used(replay)
 
@@ -392,8 +395,8 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "checkpoints.COUNT_DUE": (checkpoints.COUNT_DUE, (now,)),
         "inbox.DUE_INBOX_EVENTS": (inbox.DUE_INBOX_EVENTS, (now, 100)),
         "inbox.COUNT_DUE": (inbox.COUNT_DUE, (now,)),
-        "signals.DUE_EXPIRIES": (signals.DUE_EXPIRIES, (now, now, 100)),
-        "signals.COUNT_DUE_EXPIRIES": (signals.COUNT_DUE_EXPIRIES, (now, now)),
+        "signals.DUE_EXPIRIES": (signals.DUE_EXPIRIES, (now, 100)),
+        "signals.COUNT_DUE_EXPIRIES": (signals.COUNT_DUE_EXPIRIES, (now,)),
         "tasks.SELECT_EXPIRED_LEASES": (tasks.SELECT_EXPIRED_LEASES, (now, 100)),
         "instances.NEEDS_REVIEW_BY_NAMESPACE": (instances.NEEDS_REVIEW_BY_NAMESPACE, ()),
         # process_checkpoint, and what advancing an instance reads and writes
@@ -420,7 +423,7 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "waits.SATISFY_WAIT": (waits.SATISFY_WAIT, (signal, now, wait)),
         "waits.SETTLE_WAIT": (waits.SETTLE_WAIT, ("EXPIRED", now, wait)),
         "waits.SUPERSEDE_WAIT": (waits.SUPERSEDE_WAIT, (now, wait)),
-        "waits.SELECT_WAITING_FOR_GENERATION": (waits.SELECT_WAITING_FOR_GENERATION, (instance, "payment", 1)),
+        "waits.SELECT_OPEN_FOR_GENERATION": (waits.SELECT_OPEN_FOR_GENERATION, (instance, "payment", 1)),
         "waits.LOCK_WAITING_OF_INSTANCE": (waits.LOCK_WAITING_OF_INSTANCE, (instance,)),
         "signals.LOCK_PENDING_OF_WAIT": (signals.LOCK_PENDING_OF_WAIT, (wait,)),
         "signals.REJECT_SIGNAL": (signals.REJECT_SIGNAL, ("WAIT_SETTLED", now, signal)),
@@ -431,6 +434,9 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         ),
         "signals.REJECT_PENDING_OF_INSTANCE": (signals.REJECT_PENDING_OF_INSTANCE, ("INSTANCE_SETTLED", now, instance)),
         "signals.SELECT_PAYLOAD": (signals.SELECT_PAYLOAD, (signal,)),
+        "signals.SELECT_CANDIDATE": (signals.SELECT_CANDIDATE, (signal,)),
+        "signals.LOCK_PENDING_OF_GENERATION": (signals.LOCK_PENDING_OF_GENERATION, (instance, "payment", 1)),
+        "inbox.SELECT_HELD_OF_TASK": (inbox.SELECT_HELD_OF_TASK, (task,)),
         "audit.SELECT_ACCEPTANCE_DIGEST": (audit.SELECT_ACCEPTANCE_DIGEST, (signal, instance)),
         # expiry of unmatched signals
         "signals.SELECT_SIGNAL_INSTANCE": (signals.SELECT_SIGNAL_INSTANCE, (signal,)),
@@ -457,9 +463,9 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "tasks.SETTLE_TASK": (tasks.SETTLE_TASK, ("SUCCEEDED", "{}", None, now, task)),
         "tasks.REQUEUE_TASK": (tasks.REQUEUE_TASK, (now, None, task)),
         "tasks.RELEASE_PERMIT": (tasks.RELEASE_PERMIT, (ids["queue"],)),
-        "tasks.REQUEST_CANCEL": (tasks.REQUEST_CANCEL, (task,)),
+        "tasks.REQUEST_CANCEL": (tasks.REQUEST_CANCEL, (now, task)),
         "tasks.LOCK_OPEN_TASKS_OF_ACTIVATION": (tasks.LOCK_OPEN_TASKS_OF_ACTIVATION, (activation,)),
-        "tasks.SELECT_NEWEST_TASK": (tasks.SELECT_NEWEST_TASK, (activation,)),
+        "tasks.LOCK_NEWEST_TASK": (tasks.LOCK_NEWEST_TASK, (activation,)),
         "tasks.SELECT_TASK": (tasks.SELECT_TASK, (task,)),
         "tasks.LOCK_CURRENT_ROUND": (tasks.LOCK_CURRENT_ROUND, (activation,)),
         # workflow start and read (read_facts)
@@ -471,6 +477,8 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "instances.SELECT_LATEST_ACTIVATIONS": (instances.SELECT_LATEST_ACTIVATIONS, (instance,)),
         "instances.SELECT_ACTIVATION_TASKS": (instances.SELECT_ACTIVATION_TASKS, ((activation, activation + 1),)),
         "instances.SELECT_ACTIVATION_WAITS": (instances.SELECT_ACTIVATION_WAITS, ((activation, activation + 1),)),
+        # a control or review re-run after a lost COMMIT: its own audit record (issue 25, A)
+        "instances.SELECT_RECORD_OF_CALL": (instances.SELECT_RECORD_OF_CALL, (instance, "workflow.cancel", "c" * 32)),
         "definitions.SELECT_VERSION": (definitions.SELECT_VERSION, (ids["namespace"], "pay", 1)),
         "definitions.SELECT_LATEST": (definitions.SELECT_LATEST, (ids["namespace"], "pay")),
         # reads of one workflow, its signals and history (API and console)
@@ -522,7 +530,7 @@ LISTED_ELSEWHERE = {
 EXPECTED_KEYS = {
     "checkpoints.DUE_CHECKPOINTS": ("checkpoints", "ix_checkpoints_available"),
     "inbox.DUE_INBOX_EVENTS": ("inbox_events", "ix_inbox_available"),
-    "signals.DUE_EXPIRIES": ("signals", "ix_signals_expiry"),
+    "signals.DUE_EXPIRIES": ("signals", "ix_signals_next_look"),
     "tasks.SELECT_EXPIRED_LEASES": ("tasks", "ix_tasks_lease"),
     "tasks.CLAIM_NEXT_TASK": ("tasks", "ix_tasks_claim"),
     "tenancy.SELECT_CURRENT_CREDENTIAL": ("c", "uq_credentials_token"),

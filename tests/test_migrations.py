@@ -37,6 +37,7 @@ SHIPPED = [
     "0009.instance_version",
     "0010.instance_signal_count",
     "0011.leaner_indexes",
+    "0012.facts_times",
 ]
 
 

@@ -1,10 +1,10 @@
 """Pulse decisions without a database (P4, P5): backoff, and what a failure or a lost lease leads to."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
-from weave.rules.pulse import REQUEUE, RETRY_CAP_SECONDS, after_failure, after_lease_expired, retry_delay
+from weave.rules.pulse import REQUEUE, RETRY_CAP_SECONDS, LeaseFacts, after_failure, after_lease_expired, retry_delay
 
 
 @pytest.mark.parametrize(
@@ -80,24 +80,43 @@ def test_p4_after_failure(retryable, attempt, max_attempts, cancel_requested, ex
     assert after_failure(retryable, attempt, max_attempts, cancel_requested) == expected
 
 
+LEASE_END = datetime(2026, 11, 30, 8, 0, 0)
+BEFORE, AFTER = LEASE_END - timedelta(seconds=1), LEASE_END + timedelta(seconds=1)
+
+
 @pytest.mark.parametrize(
-    "attempt, max_attempts, cancel_requested, expected",
+    "attempt, max_attempts, cancel_at, deadline_at, expected",
     [
-        (1, 3, False, REQUEUE),
-        (2, 3, False, REQUEUE),
-        (3, 3, False, "UNKNOWN"),
-        (1, 1, False, "UNKNOWN"),
-        (4, 3, False, "UNKNOWN"),
-        (1, 3, True, "UNKNOWN"),
+        (1, 3, None, None, REQUEUE),
+        (2, 3, None, AFTER, REQUEUE),
+        (3, 3, None, None, "UNKNOWN"),
+        (1, 1, None, None, "UNKNOWN"),
+        (4, 3, None, None, "UNKNOWN"),
+        (1, 3, BEFORE, None, "UNKNOWN"),
+        (1, 3, AFTER, None, "CANCELLED"),
+        (1, 3, LEASE_END, None, "CANCELLED"),
+        (3, 3, AFTER, None, "UNKNOWN"),
+        (1, 3, None, BEFORE, "UNKNOWN"),
+        (1, 3, AFTER, AFTER, "CANCELLED"),
+        (1, 3, AFTER, BEFORE, "UNKNOWN"),
     ],
     ids=[
         "p4_lost_lease_with_attempts_left_requeues",
-        "p4_second_to_last_lost_lease_requeues",
+        "p4_second_to_last_lost_lease_before_the_deadline_requeues",
         "p4_last_attempt_lost_lease_is_unknown",
         "p4_single_attempt_lost_lease_is_unknown",
         "p4_attempt_past_max_attempts_is_unknown",
-        "p5_cancel_requested_lost_lease_is_unknown_not_requeued",
+        "p5_cancel_requested_while_the_lease_held_is_unknown_not_requeued",
+        "p5_cancel_requested_after_the_lease_ended_is_cancelled_as_a_queued_task",
+        "p5_cancel_requested_at_the_lease_end_is_cancelled",
+        "p5_cancel_after_the_lease_ended_on_the_last_attempt_is_unknown",
+        "p7_step_deadline_while_the_lease_held_is_unknown_not_requeued",
+        "p7_step_deadline_after_the_lease_ended_cancels_it",
+        "p7_step_deadline_while_the_lease_held_wins_over_a_later_cancel",
     ],
 )
-def test_p4_after_lease_expired(attempt, max_attempts, cancel_requested, expected):
-    assert after_lease_expired(attempt, max_attempts, cancel_requested) == expected
+def test_p4_after_lease_expired_by_the_facts_times(attempt, max_attempts, cancel_at, deadline_at, expected):
+    """Issue 25, item 9: the outcome depends on the lease's end, the cancellation's and the
+    deadline's times, never on which unit looked first."""
+    facts = LeaseFacts(attempt, max_attempts, LEASE_END, deadline_at, cancel_at)
+    assert after_lease_expired(facts) == expected

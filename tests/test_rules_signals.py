@@ -347,9 +347,9 @@ ACCEPTANCE_CASES = [
         rejected("LATE"),
     ),
     (
-        "s2_3_after_expired_wait_is_late_whatever_its_correlation",
+        "s2_2_after_expired_wait_a_mismatch_is_a_mismatch_not_late",
         dict(wait_status="EXPIRED", activation_status="NEEDS_REVIEW", correlation=b"o-2", accepted_at=DEADLINE + US),
-        rejected("LATE"),
+        rejected("CORRELATION_MISMATCH"),
     ),
     # S1.10: settled step
     ("s1_10_succeeded_step", dict(activation_status="SUCCEEDED", wait_status="SATISFIED"), rejected("STEP_SETTLED")),
@@ -373,6 +373,38 @@ ACCEPTANCE_CASES = [
     # C3: a POLL step stays ACTIVE after its wait was satisfied, until its query ends
     ("c3_wait_taken_by_a_signal_while_the_query_runs", dict(wait_status="SATISFIED"), rejected("WAIT_SETTLED")),
     ("c2_1_wait_taken_by_the_query", dict(wait_status="SATISFIED", wait_won_by_query=True), rejected("QUERY_SETTLED")),
+    # S2.2 (issue 25, D): WAIT_SETTLED, QUERY_SETTLED, STEP_SETTLED and LATE only for a signal with
+    # the wait's frozen key; any other key is a mismatch whatever the wait's state
+    (
+        "s2_2_c3_other_key_for_a_wait_taken_by_a_signal_is_a_mismatch",
+        dict(wait_status="SATISFIED", correlation=b"o-2"),
+        rejected("CORRELATION_MISMATCH"),
+    ),
+    (
+        "s2_2_c2_1_other_key_for_a_wait_taken_by_the_query_is_a_mismatch",
+        dict(wait_status="SATISFIED", wait_won_by_query=True, correlation=b"o-2"),
+        rejected("CORRELATION_MISMATCH"),
+    ),
+    (
+        "s2_2_other_key_for_a_settled_step_is_a_mismatch",
+        dict(activation_status="SUCCEEDED", wait_status="SATISFIED", correlation=b"o-1 "),
+        rejected("CORRELATION_MISMATCH"),
+    ),
+    (
+        "s2_2_other_key_for_a_cancelled_wait_is_a_mismatch",
+        dict(activation_status="SUCCEEDED", wait_status="CANCELLED", correlation=b"O-1"),
+        rejected("CORRELATION_MISMATCH"),
+    ),
+    (
+        "s2_2_stale_comes_before_the_key",
+        dict(current_sequence=2, correlation=b"o-2"),
+        rejected("STALE_ACTIVATION"),
+    ),
+    (
+        "s2_2_a_step_without_a_wait_has_no_key_to_compare",
+        dict(activation_status="NEEDS_REVIEW", wait_status=None, wait_correlation=None, correlation=b"o-2"),
+        rejected("STEP_SETTLED"),
+    ),
 ]
 
 

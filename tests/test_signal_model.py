@@ -204,7 +204,8 @@ class Model:
 
     @staticmethod
     def disposition_at_acceptance(wf: Workflow, current: Activation | None, body: dict, now: datetime):
-        """S1.10, S2.1, S2.3 (and docs/decisions.md: after an expired wait, LATE)."""
+        """S1.10, S2.1, S2.2, S2.3 (and docs/decisions.md: after an expired wait, LATE; another key
+        than the wait's is a mismatch whatever the wait's state)."""
         if wf.status in TERMINAL:
             return "REJECTED", "INSTANCE_SETTLED"
         if current is None:
@@ -212,9 +213,9 @@ class Model:
         if body["target_activation_sequence"] < current.sequence:
             return "REJECTED", "STALE_ACTIVATION"
         wait = current.wait
+        if body["correlation_key"] != wait.correlation:  # exact bytes: a trailing space counts
+            return "REJECTED", "CORRELATION_MISMATCH"
         if wait.status == "WAITING":
-            if body["correlation_key"] != wait.correlation:  # exact bytes: a trailing space counts
-                return "REJECTED", "CORRELATION_MISMATCH"
             if now >= wait.deadline:  # equal to the deadline is late
                 return "REJECTED", "LATE"
             return "PENDING", None

@@ -308,6 +308,11 @@ def _join_cluster_session(cur, read_only: bool) -> None:
 MATCHED_ONE_ROW = "SET @matched_one_row = (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE ROW_COUNT() <> 1)"
 
 
+def _guarded(text: str, what: str | None) -> list[tuple[str, str | None]]:
+    """A statement of a batch, followed by its guard when it must match one row (`what`)."""
+    return [(text, None), (MATCHED_ONE_ROW, what)] if what is not None else [(text, None)]
+
+
 class DatabaseClock:
     """Production time: the database's UTC clock, so every node agrees (I5)."""
 
@@ -347,13 +352,20 @@ class Tx:
 
     `memo` is shared by every attempt of one call of the unit, and `maybe_committed` says that an
     earlier attempt of this call lost its connection during COMMIT, so that what it left in
-    `memo` may be committed (see the module docstring)."""
+    `memo` may be committed (see the module docstring).
+
+    A unit that decides nothing writes nothing (K): `decided` turns true with the first write
+    other than a lock taken by writing (`lock_by_writing`) and the bookkeeping of `afterwards`.
+    A unit that ends undecided is rolled back instead of committed, and its bookkeeping is applied
+    alone after the rollback, in the same round trip."""
 
     def __init__(self, cursor, clock, memo: dict | None = None, maybe_committed: bool = False):
         self.cursor = cursor
         self._clock = clock
         self._now: datetime | None = None
         self._queued: list[tuple[str, str | None]] = []  # (statement as sent, `what` when it must match one row)
+        self._afterwards: list[tuple[str, str | None]] = []
+        self.decided = False
         self.memo = {} if memo is None else memo
         self.maybe_committed = maybe_committed
 
@@ -371,16 +383,37 @@ class Tx:
             self._now = database_now if isinstance(self._clock, DatabaseClock) else self._clock.now(self)
         return self._now
 
+    def lock_by_writing(self, sql: str, params: tuple | dict = ()) -> None:
+        """Queue a write whose only purpose is the row lock it takes (and, on Galera, a row that
+        every unit locking it writes: `instances.mark_deciding`); it decides nothing, so a unit
+        that writes nothing else is rolled back."""
+        self._queued.append((self.cursor.mogrify(sql, params), None))
+
+    def afterwards(self, sql: str, params: tuple | dict = (), expect_one: str | None = None) -> None:
+        """Bookkeeping that stands whether or not the unit decides (a look that was done, the next
+        time to look): sent with COMMIT when the unit decided something (guarded by `expect_one`
+        like `later`), else alone after its rollback (unguarded: the rows it held are free then).
+        It must need none of the unit's locks to be right on its own."""
+        self._afterwards.append((self.cursor.mogrify(sql, params), expect_one))
+
     def one(self, sql: str, params: tuple | dict = ()) -> dict | None:
+        self._note_write(sql)
         self._send(sql, params)
         return self.cursor.fetchone()
 
     def all(self, sql: str, params: tuple | dict = ()) -> list[dict]:
+        self._note_write(sql)
         self._send(sql, params)
         return list(self.cursor.fetchall())
 
+    def _note_write(self, sql: str) -> None:
+        """A statement sent for its rows is a read, unless it is not (a test's UPDATE, ANALYZE…)."""
+        if not self.decided and sql.lstrip()[:6].upper() not in ("SELECT", "(SELEC"):
+            self.decided = True
+
     def execute(self, sql: str, params: tuple | dict = ()) -> int:
-        """Run a statement and return the matched row count."""
+        """Run a write and return the matched row count."""
+        self.decided = True
         return self._send(sql, params)
 
     def all_together(self, *reads: tuple[str, tuple | dict]) -> list[list[dict]]:
@@ -406,10 +439,12 @@ class Tx:
 
     def insert(self, sql: str, params: tuple | dict = ()) -> int:
         """Run an INSERT and return the new AUTO_INCREMENT id."""
+        self.decided = True
         self._send(sql, params)
         return self.cursor.lastrowid
 
     def executemany(self, sql: str, rows: list) -> int:
+        self.decided = True
         self.flush()
         return self.cursor.executemany(sql, rows) if rows else 0
 
@@ -421,9 +456,8 @@ class Tx:
         The guard is checked by the server: `MATCHED_ONE_ROW` follows the change in its batch and
         fails unless the change matched one row, and a server runs no statement of a batch after
         one that failed. So a guarded change can travel with COMMIT itself."""
-        self._queued.append((self.cursor.mogrify(sql, params), None))
-        if expect_one is not None:
-            self._queued.append((MATCHED_ONE_ROW, expect_one))
+        self.decided = True
+        self._queued += _guarded(self.cursor.mogrify(sql, params), expect_one)
 
     def flush(self) -> None:
         """Send the queued writes now (one round trip; none when nothing is queued)."""
@@ -431,8 +465,20 @@ class Tx:
             self._round_trip(self._take_queued())
 
     def commit(self) -> None:
-        """Commit, with the queued writes in the same round trip."""
-        self._round_trip([*self._take_queued(), ("COMMIT", None)])
+        """Commit, with the queued writes and the bookkeeping in the same round trip."""
+        guarded = [item for text, what in self._afterwards for item in _guarded(text, what)]
+        self._round_trip([*self._take_queued(), *guarded, ("COMMIT", None)])
+
+    @property
+    def has_bookkeeping(self) -> bool:
+        return bool(self._afterwards)
+
+    def roll_back(self) -> None:
+        """End an undecided unit: roll back (queued writes are dropped), then apply the bookkeeping
+        alone; one round trip."""
+        self._queued = []
+        afterwards = [(text, None) for text, _ in self._afterwards]
+        self._round_trip([("ROLLBACK", None), *afterwards, ("COMMIT", None)] if afterwards else [("ROLLBACK", None)])
 
     def _send(self, sql: str, params: tuple | dict) -> int:
         """Run one statement after the queued writes, in one round trip; its matched row count (its
@@ -581,9 +627,12 @@ class Database:
                     self.before_commit(tx, unit.__name__)
                 if autocommit:
                     tx.flush()
-                else:
+                elif tx.decided:
                     committing = True
                     tx.commit()
+                else:
+                    committing = tx.has_bookkeeping
+                    tx.roll_back()
             reusable = True
             return result
         except pymysql.err.MySQLError as exc:

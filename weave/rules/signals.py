@@ -122,9 +122,11 @@ def accept(facts: TargetFacts) -> Acceptance:
         return Acceptance(PENDING)  # early (S2.1): the step has not started yet
     if facts.target_sequence < facts.current_sequence:
         return Acceptance(REJECTED, "STALE_ACTIVATION")
+    # S2.2: the frozen key is compared whatever the wait's state; WAIT_SETTLED, QUERY_SETTLED,
+    # STEP_SETTLED and LATE are only for signals that match it.
+    if facts.wait_status is not None and facts.correlation != facts.wait_correlation:
+        return Acceptance(REJECTED, "CORRELATION_MISMATCH")
     if facts.wait_status == "WAITING":
-        if facts.correlation != facts.wait_correlation:
-            return Acceptance(REJECTED, "CORRELATION_MISMATCH")
         if facts.accepted_at >= facts.wait_deadline:
             return Acceptance(REJECTED, "LATE")  # S2.3: equal to the deadline is late
         return Acceptance(PENDING, wakes_wait=True)
