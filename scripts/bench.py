@@ -696,7 +696,7 @@ def _signal_row(instance_id: int, key: str, digest: str, now, deadline_at, recei
         None,
         now,
         deadline_at,
-        now,
+        deadline_at,  # available_at: a PENDING signal's first look is at its expiry, as Weave writes it
         None,
         now,
         receipt_rest,
@@ -1533,8 +1533,7 @@ INSERT INTO signals (instance_id, name, payload_version, target_step_key, target
                      settled_at, created_at, receipt, consumed_at)
 SELECT i.id, 'payment.settled', 'v1', 'payment', 1, 'o', '{{"amount":12.5}}', SHA2('{{"amount":12.5}}', 256), 1,
        'benchmark', NULL, 'bench-client', %(credential)s, CONCAT('load-', n.seq), SHA2(CONCAT(i.id, '-', n.seq), 256),
-       {status}, {disposition}, i.created_at + INTERVAL n.seq SECOND, i.deadline_at,
-       i.created_at + INTERVAL n.seq SECOND,
+       {status}, {disposition}, i.created_at + INTERVAL n.seq SECOND, i.deadline_at, i.deadline_at,
        IF(i.status = 'RUNNING', NULL, i.created_at + INTERVAL 1 HOUR), i.created_at + INTERVAL n.seq SECOND,
        CONCAT('"workflow_id":"', CONVERT(i.workflow_id USING utf8mb4), '","status":"', {status}, '","disposition":',
               IFNULL(CONCAT('"', {disposition}, '"'), 'null'), ',"accepted_at":"',
