@@ -12,6 +12,7 @@ import json
 from importlib import resources
 from typing import Any
 
+import attrs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
@@ -23,6 +24,29 @@ linear.install()
 
 MAX_REPORTED_ERRORS = 20
 MAX_MESSAGE_CHARS = 300
+
+
+def staying(validator_class: type) -> type:
+    """`validator_class`, made to stay itself in every subschema.
+
+    jsonschema descends into a subschema with `evolve`, which picks the class anew from the
+    subschema's `$schema`: a payload schema naming Draft 2020-12 (or another draft) in `$defs`, or
+    at its root and reached again by `"$ref": "#"`, went on below it with jsonschema's stock class,
+    without the work budget, the exact `multipleOf` or the linear keywords. A payload schema is
+    Draft 2020-12 throughout, whatever a `$schema` inside it says (it is published as one), so the
+    class is kept. jsonschema's validator classes are attrs classes; this `evolve` is theirs, less
+    the choice of class."""
+    init = [(field.name, field.alias) for field in attrs.fields(validator_class) if field.init]
+
+    def evolve(self, **changes):
+        changes.setdefault("schema", self.schema)
+        for name, alias in init:
+            if alias not in changes:
+                changes[alias] = getattr(self, name)
+        return validator_class(**changes)
+
+    validator_class.evolve = evolve
+    return validator_class
 
 
 @functools.cache

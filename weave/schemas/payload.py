@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema._utils import extras_msg, find_evaluated_item_indexes_by_schema, find_evaluated_property_keys_by_schema
 from jsonschema.exceptions import ValidationError
 
-from weave.schemas import budget, errors_of, linear
+from weave.schemas import budget, errors_of, linear, staying
 
 
 def is_multiple(value: int | Decimal, divisor: int | Decimal | float) -> bool:
@@ -96,8 +96,10 @@ _KEYWORDS = dict(
     unevaluatedItems=unevaluated_items,
     unevaluatedProperties=unevaluated_properties,
 )
-PayloadValidator = validators.extend(
-    Draft202012Validator, {keyword: budget.charged(keyword, check) for keyword, check in _KEYWORDS.items()}
+PayloadValidator = staying(
+    validators.extend(
+        Draft202012Validator, {keyword: budget.charged(keyword, check) for keyword, check in _KEYWORDS.items()}
+    )
 )
 
 _validators: dict[str, PayloadValidator] = {}
