@@ -50,6 +50,50 @@ def test_issue_10_11_a_number_no_common_parser_reads_is_422_and_stores_nothing(c
     assert count(database, "instances") == 0
 
 
+def test_issue_25_9_the_apis_integer_fields_take_integral_decimals_as_the_integers_they_are(flow):
+    """JSON Schema 2020-12 counts `30.0` and `6e1` as integers: the definition, start, claim and
+    heartbeat fields the schemas type `integer` take them, and the code gets ints (a Decimal
+    would fail in a `timedelta`, in the claim's long-poll clock, in SQL)."""
+    document = {
+        "name": "order",
+        "steps": [
+            {"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 3e1, "max_attempts": 2.0}
+        ],
+    }
+    assert flow.publish(document) == 1
+    published = flow.client.simulate_get(f"{flow.ns}/definitions/order/versions/1", headers=flow.headers)
+    assert published.json["document"]["steps"][0] == {
+        "key": "reserve",
+        "type": "TASK",
+        "queue": "inventory",
+        "timeout_seconds": 30,
+        "max_attempts": 2,
+    }
+    # the same document written with ints: the same version, not a new one
+    document["steps"][0].update(timeout_seconds=30, max_attempts=2)
+    again = flow.client.simulate_post(f"{flow.ns}/definitions", json=document, headers=flow.headers)
+    assert (again.status_code, again.json["version"]) == (200, 1)
+
+    started = flow.start("w1", definition="order", version=1.0, deadline_seconds=6e1)
+    assert flow.start("w1", definition="order", version=1, deadline_seconds=60) == started  # the same request
+    flow.scan()
+    claimed = flow.claim(lease_seconds=6e1, wait_seconds=0.0)
+    assert claimed.status_code == 200, claimed.text
+    assert claimed.json["max_attempts"] == 2
+    beat = flow.heartbeat(claimed.json, lease_seconds=4.5e1)
+    assert beat.status_code == 200, beat.text
+    (task,) = flow.rows(
+        "SELECT max_attempts, TIMESTAMPDIFF(SECOND, created_at, deadline_at) AS timeout,"
+        " TIMESTAMPDIFF(SECOND, created_at, lease_expires_at) AS lease FROM tasks"
+    )
+    assert task == {"max_attempts": 2, "timeout": 30, "lease": 45}
+    refused = flow.claim(lease_seconds=1.5)
+    assert (refused.status_code, refused.json["code"]) == (422, "VALIDATION_FAILED")
+    assert refused.json["errors"] == [
+        {"pointer": "/lease_seconds", "message": "Decimal('1.5') is not of type 'integer'"}
+    ]
+
+
 def test_wrong_content_type_is_415(client, database, writer):
     result = post_raw(client, "/v1/namespaces/acme/definitions", json.dumps(DOC).encode(), writer, "text/plain")
     assert (result.status_code, result.json["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")

@@ -21,6 +21,7 @@ from weave.schemas import budget, errors_of, linear
 from weave.schemas.payload import is_multiple, payload_errors, validator
 
 REFUSED = str(budget.BudgetExceeded())
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
 
 def spent(schema, value) -> int:
@@ -105,6 +106,20 @@ def test_a_payload_nested_deeper_than_the_check_can_follow_is_refused_not_crashe
     found = payload_errors(every_level, deep, "/payload")
     assert len(found) == 1 and found[0]["pointer"] == "/payload"
     assert "could not be checked" in found[0]["message"]
+
+
+def test_a_schema_that_names_a_draft_inside_it_is_still_checked_by_weaves_validator():
+    """Found with issue 25 item 9: jsonschema picks the class of every subschema it descends into by
+    that subschema's `$schema`, so below `"$ref": "#"` into a root naming Draft 2020-12, or below a
+    `$defs` entry naming Draft 7, jsonschema's stock class checked the payload: nothing charged, and
+    the stock keywords (`multipleOf` could not check `1e999999` again)."""
+    recursive = {"$schema": DRAFT_2020_12, "properties": {"c": {"$ref": "#"}}, "items": {"type": "integer"}}
+    assert payload_errors(recursive, {"c": list(range(30_000))}) == [{"pointer": "", "message": REFUSED}]
+    draft_7 = {"$schema": "http://json-schema.org/draft-07/schema#", "items": {"type": "integer"}}
+    named = {"$defs": {"x": draft_7}, "$ref": "#/$defs/x"}
+    assert payload_errors(named, list(range(30_000))) == [{"pointer": "", "message": REFUSED}]
+    halves = {"$schema": DRAFT_2020_12, "properties": {"c": {"$ref": "#"}}, "multipleOf": Decimal("0.5")}
+    assert payload_errors(halves, {"c": Decimal("1e999999")}) == []
 
 
 # ---- multipleOf, exactly -----------------------------------------------------------------------------

@@ -336,6 +336,8 @@ def test_s1_7_unknown_signal_is_404(wf):
         ({"payload": ABSENT}, "CONTRACT_MISMATCH", "/payload"),
         ({"target_activation_sequence": 0}, "VALIDATION_FAILED", "/target_activation_sequence"),
         ({"target_activation_sequence": "1"}, "VALIDATION_FAILED", "/target_activation_sequence"),
+        ({"target_activation_sequence": 1.5}, "VALIDATION_FAILED", "/target_activation_sequence"),
+        ({"target_activation_sequence": 0.0}, "VALIDATION_FAILED", "/target_activation_sequence"),
         ({"correlation_key": ""}, "VALIDATION_FAILED", "/correlation_key"),
         ({"correlation_key": "é" * 257}, "VALIDATION_FAILED", "/correlation_key"),
         ({"reason": ""}, "VALIDATION_FAILED", "/reason"),
@@ -357,6 +359,50 @@ def test_s1_9_contract_and_input_violations_are_refused_and_store_nothing(wf, ch
     assert (result.status_code, result.json["code"]) == (422, code), result.text
     assert pointer in [e["pointer"] for e in result.json["errors"]], result.json
     assert count(wf, "signals") == 0 and count(wf, "audit_records", "action = 'signal.send'") == 0
+
+
+def test_s1_9_a_payload_integer_may_be_written_1_0_and_is_kept_as_written_but_1_5_is_refused(flow):
+    """Issue 25 item 9: JSON Schema 2020-12 counts a number with a zero fraction as an integer, and
+    Weave follows it exactly for the decimals it parses (`1.0`, `1e3`); the payload is stored and
+    answered as it was written."""
+    document = signal_flow_definition()
+    document["steps"][1]["signal"]["payload_schema"] = {
+        "type": "object",
+        "required": ["amount", "units"],
+        "properties": {"amount": {"type": "number"}, "units": {"type": "integer", "minimum": 1}},
+    }
+    flow.publish(document)
+    flow.start("order-1", input={"order_id": "o-1"})
+    accepted = flow.send("order-1", "k1", payment(payload={"amount": 12.5, "units": 1.0}))
+    assert accepted.status_code == 201, accepted.text
+    raw = json.dumps(payment(payload={"amount": 12.5, "units": 0})).replace('"units": 0', '"units": 1E+3')
+    also = flow.client.simulate_post(
+        f"{flow.ns}/workflows/order-1/signals",
+        body=raw.encode(),
+        headers={**flow.signaller, "Idempotency-Key": "k2", "Content-Type": "application/json"},
+    )
+    assert also.status_code == 201, also.text
+    rows = flow.rows("SELECT payload FROM signals ORDER BY id")
+    assert [row["payload"] for row in rows] == ['{"amount":12.5,"units":1.0}', '{"amount":12.5,"units":1E+3}']
+    assert '"payload":{"amount":12.5,"units":1.0}' in flow.signal("order-1", accepted.json["signal_id"]).text
+    for units in (1.5, 0.0, 1e-1):
+        refused = flow.send("order-1", f"k-{units}", payment(payload={"amount": 12.5, "units": units}))
+        assert (refused.status_code, refused.json["code"]) == (422, "CONTRACT_MISMATCH"), refused.text
+        assert {e["pointer"] for e in refused.json["errors"]} == {"/payload/units"}
+    assert count(flow, "signals") == 2
+
+
+def test_s1_9_a_target_activation_sequence_of_1_0_is_the_sequence_1(wf):
+    """Issue 25 item 9, for the API's own fields: `1.0` where the request schema says `integer` is
+    accepted and handed on as the int 1, so it is the same request as one that wrote `1`."""
+    first = wf.send("order-1", "k1", payment(sequence=1.0))
+    assert first.status_code == 201, first.text
+    again = wf.send("order-1", "k1", payment(sequence=1))
+    assert (again.status_code, again.headers.get("Idempotent-Replayed")) == (201, "true")
+    assert again.text == first.text
+    assert wf.signal("order-1", first.json["signal_id"]).json["target_activation_sequence"] == 1
+    (row,) = wf.rows("SELECT target_activation_sequence FROM signals")
+    assert row["target_activation_sequence"] == 1
 
 
 def test_s1_9_correlation_key_limit_is_512_bytes_not_characters(wf):

@@ -3,17 +3,24 @@
 The same documents feed the OpenAPI description (`weave.openapi`), so what is documented is
 exactly what is enforced. `validate(name, value)` raises `VALIDATION_FAILED` with one JSON
 Pointer per problem.
+
+Integers are JSON Schema 2020-12's (issue 25 item 9): a number whose fractional part is zero is an
+integer, however it is written (`1.0`, `1e3`, `-0.0`). Weave parses numbers exactly
+(`weave.jsontext`: a number with a fraction or an exponent is a `Decimal`), and jsonschema's stock
+check counts only Python ints (and floats of integral value), so every validator Weave builds for
+input uses `TYPE_CHECKER` (`Validator`, and the payload validator built on it).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from decimal import Decimal
 from importlib import resources
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+import attrs
+from jsonschema import Draft202012Validator, validators
 
 from weave.errors import Code, WeaveError
 from weave.schemas import linear
@@ -25,6 +32,61 @@ MAX_REPORTED_ERRORS = 20
 MAX_MESSAGE_CHARS = 300
 
 
+def integral(number: Decimal) -> bool:
+    """`number` has no fractional part, read off its digits and exponent without computing with it:
+    `1E+999999` is answered at once (never expanded), `1.000` and `0E-999999` by their few digits
+    (at most `jsontext.MAX_NUMBER_CHARS` of them)."""
+    _, digits, exponent = number.as_tuple()
+    if not isinstance(exponent, int):  # NaN and Infinity ('n', 'N', 'F'): not numbers in JSON
+        return False
+    # the digits right of the point are the last -exponent ones (all of them, and zeros in front,
+    # when -exponent is more than there are digits)
+    return exponent >= 0 or not any(digits[exponent:])
+
+
+def is_integer(checker, instance: Any) -> bool:
+    """JSON Schema 2020-12's `integer`: a number with a zero fractional part, of any spelling;
+    `true` and `false` are not numbers."""
+    if isinstance(instance, bool):
+        return False
+    if isinstance(instance, int):
+        return True
+    if isinstance(instance, Decimal):
+        return integral(instance)
+    return isinstance(instance, float) and instance.is_integer()
+
+
+def staying(validator_class: type) -> type:
+    """`validator_class`, made to stay itself in every subschema.
+
+    jsonschema descends into a subschema with `evolve`, which picks the class anew from the
+    subschema's `$schema`: a payload schema naming Draft 2020-12 (or another draft) in `$defs`, or
+    at its root and reached again by `"$ref": "#"`, went on below it with jsonschema's stock class,
+    without the work budget, the exact `multipleOf`, the linear keywords or integers by value. A
+    payload schema is Draft 2020-12 throughout, whatever a `$schema` inside it says (it is
+    published as one), so the class is kept. jsonschema's validator classes are attrs classes;
+    this `evolve` is theirs, less the choice of class."""
+    init = [(field.name, field.alias) for field in attrs.fields(validator_class) if field.init]
+
+    def evolve(self, **changes):
+        changes.setdefault("schema", self.schema)
+        for name, alias in init:
+            if alias not in changes:
+                changes[alias] = getattr(self, name)
+        return validator_class(**changes)
+
+    validator_class.evolve = evolve
+    return validator_class
+
+
+TYPE_CHECKER = Draft202012Validator.TYPE_CHECKER.redefine("integer", is_integer)
+# Draft 2020-12 with integers by value: the verdict on request bodies and payload schemas (and the
+# base of the payload validator, `weave.schemas.payload`).
+Validator = staying(validators.extend(Draft202012Validator, type_checker=TYPE_CHECKER))
+# The meta-schema check of a payload schema: `{"maxLength": 5.0}` is a valid schema.
+_META_VALIDATOR = Validator(Draft202012Validator.META_SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
 @functools.cache
 def schema(name: str) -> dict:
     """The schema document `weave/schemas/<name>.json`."""
@@ -33,9 +95,16 @@ def schema(name: str) -> dict:
 
 @functools.cache
 def _validator(name: str) -> Draft202012Validator:
+    """The stock validator of a request schema: integers by Python type. It answers most requests
+    alone (see `validate`)."""
     document = schema(name)
     Draft202012Validator.check_schema(document)
     return Draft202012Validator(document)
+
+
+@functools.cache
+def _exact_validator(name: str) -> Draft202012Validator:
+    return Validator(schema(name))
 
 
 def pointer(path) -> str:
@@ -47,28 +116,68 @@ def _message(error) -> str:
     return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
 
 
-def errors_of(validator: Draft202012Validator, value: Any, prefix: str = "") -> list[dict]:
-    found = sorted(validator.iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+def _described(errors, prefix: str = "") -> list[dict]:
+    found = sorted(errors, key=lambda e: (list(map(str, e.absolute_path)), e.message))
     return [{"pointer": prefix + pointer(e.absolute_path), "message": _message(e)} for e in found]
 
 
-def check(validator: Draft202012Validator, value: Any, code: Code = Code.VALIDATION_FAILED, prefix: str = "") -> None:
-    """Raise `code` listing every place where `value` breaks the schema."""
-    errors = errors_of(validator, value, prefix)
+def errors_of(validator: Draft202012Validator, value: Any, prefix: str = "") -> list[dict]:
+    return _described(validator.iter_errors(value), prefix)
+
+
+def _refuse(errors: list[dict], code: Code = Code.VALIDATION_FAILED) -> None:
     if errors:
         shown = errors[:MAX_REPORTED_ERRORS]
         raise WeaveError(code, f"{shown[0]['pointer'] or '/'}: {shown[0]['message']}", shown)
 
 
+def check(validator: Draft202012Validator, value: Any, code: Code = Code.VALIDATION_FAILED, prefix: str = "") -> None:
+    """Raise `code` listing every place where `value` breaks the schema."""
+    _refuse(errors_of(validator, value, prefix), code)
+
+
+def _integral_decimal_refused(error) -> bool:
+    """The stock check refused an integral `Decimal` as an `integer`: 2020-12 counts it as one."""
+    expected = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+    return (
+        error.validator == "type"
+        and "integer" in expected
+        and isinstance(error.instance, Decimal)
+        and integral(error.instance)
+    )
+
+
 def validate(name: str, value: Any) -> None:
-    check(_validator(name), value)
+    """Raise `VALIDATION_FAILED` where the request body `value` breaks `weave/schemas/<name>.json`.
+
+    The verdict is Draft 2020-12's with integers by value (`Validator`), and a field the schema
+    types `integer` reaches the code as an `int` whatever its spelling: `1.0` and `1e3` are
+    replaced in `value` by `1` and `1000` (issue 25 item 9). The stock validator answers first;
+    where it accepts, so does `Validator`, and there is nothing to replace (Weave's own schemas
+    test no type in `if`, `not`, `anyOf` or `oneOf`: tests/test_schemas_integer.py). Only a body
+    it refuses is judged again by `Validator`, and where that accepts it, the places the stock
+    validator refused as non-integers are the integral decimals to replace. Those are small: every
+    `integer` of a request schema has a `maximum`, so no huge number is expanded.
+    """
+    found = list(_validator(name).iter_errors(value))
+    if not found:
+        return
+    refused_integers = [error for error in found if _integral_decimal_refused(error)]
+    if not refused_integers:
+        _refuse(_described(found))
+        return
+    _refuse(errors_of(_exact_validator(name), value))
+    for error in refused_integers:
+        *parents, last = error.absolute_path
+        container = value
+        for part in parents:
+            container = container[part]
+        container[last] = int(error.instance)
 
 
 def schema_problems(candidate: Any) -> list[tuple[str, str]]:
     """(pointer inside `candidate`, why) for what makes it unusable as a payload schema: not a
     valid Draft 2020-12 schema, or a regular expression RE2 cannot run. Empty when usable."""
-    try:
-        Draft202012Validator.check_schema(candidate)
-    except SchemaError as exc:
-        return [("", f"not a valid Draft 2020-12 schema: {_message(exc)}")]
+    for error in _META_VALIDATOR.iter_errors(candidate):  # the first, as `check_schema` reports it
+        return [("", f"not a valid Draft 2020-12 schema: {_message(error)}")]
     return list(linear.pattern_problems(candidate))

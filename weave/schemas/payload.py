@@ -1,9 +1,10 @@
 """Checking a payload (a signal's, a task's result, a POLL round's final result) against the payload
 schema of its contract: the one place that builds payload validators and runs them.
 
-The validator is Draft 2020-12 with three changes, each for a hostile schema or payload:
-regular expressions on RE2 and `uniqueItems` by hashing (`linear`), `multipleOf` exact for numbers
-of any exponent (below), and every keyword charged against a work budget (`budget`). A check
+The validator is Draft 2020-12 with four changes: integers by value (`1.0` is an integer, issue 25
+item 9: `weave.schemas.is_integer`), and three for a hostile schema or payload: regular
+expressions on RE2 and `uniqueItems` by hashing (`linear`), `multipleOf` exact for numbers of any
+exponent (below), and every keyword charged against a work budget (`budget`). A check
 answers with errors, never with an exception: a payload that cannot be checked (the budget ran out,
 a reference that does not resolve) is refused with one error saying why.
 """
@@ -18,7 +19,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema._utils import extras_msg, find_evaluated_item_indexes_by_schema, find_evaluated_property_keys_by_schema
 from jsonschema.exceptions import ValidationError
 
-from weave.schemas import budget, errors_of, linear
+from weave.schemas import TYPE_CHECKER, budget, errors_of, linear, staying
 
 
 def is_multiple(value: int | Decimal, divisor: int | Decimal | float) -> bool:
@@ -96,8 +97,12 @@ _KEYWORDS = dict(
     unevaluatedItems=unevaluated_items,
     unevaluatedProperties=unevaluated_properties,
 )
-PayloadValidator = validators.extend(
-    Draft202012Validator, {keyword: budget.charged(keyword, check) for keyword, check in _KEYWORDS.items()}
+PayloadValidator = staying(
+    validators.extend(
+        Draft202012Validator,
+        {keyword: budget.charged(keyword, check) for keyword, check in _KEYWORDS.items()},
+        type_checker=TYPE_CHECKER,
+    )
 )
 
 _validators: dict[str, PayloadValidator] = {}
