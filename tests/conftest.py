@@ -18,6 +18,7 @@ import subprocess
 
 import falcon.testing
 import pytest
+from faultproxy import FaultProxy
 from helpers import Flow, Tenant, empty_database, make_tenant, serving, signal_flow_definition
 
 from weave import migrate
@@ -154,6 +155,22 @@ def cut_connection(database, migrated_url):
 
     yield arm
     database.before_commit = None
+
+
+@pytest.fixture
+def proxy(migrated_url):
+    """The fault proxy (tests/faultproxy.py) in front of the test server."""
+    with FaultProxy(migrated_url.port, upstream_host=migrated_url.host) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def proxied(database, proxy, migrated_url, clock):
+    """A Database on the test database whose connections go through the fault proxy."""
+    url = DatabaseUrl("127.0.0.1", proxy.port, migrated_url.user, migrated_url.password, migrated_url.database)
+    proxied = Database(url, clock=clock)
+    yield proxied
+    proxied.close()
 
 
 @pytest.fixture

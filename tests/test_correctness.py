@@ -10,6 +10,7 @@ import threading
 import time
 from datetime import timedelta
 
+import poll_invariants
 import pytest
 from helpers import payment, signal_flow_definition, task_steps
 
@@ -37,10 +38,6 @@ def test_A_a_cancel_rolled_back_then_one_scan_is_cancelled_on_its_rerun(flow, da
     killed = cut_connection("control")  # the server kills the session before COMMIT: rolled back
     monkeypatch.setattr(db.time, "sleep", between_attempts)
     facts = engine.control(database, operator, "o-1", "cancel", "ticket OPS-1")
-    print("killed", killed, "others", others)
-    print("answered status", facts.instance["status"])
-    print("stored", flow.rows("SELECT status FROM instances"))
-    print("audit", flow.rows("SELECT action FROM audit_records WHERE action LIKE 'workflow.%%'"))
     assert killed == ["control"] and others == [1]
     assert facts.instance["status"] == "CANCELLED"
     assert flow.rows("SELECT status FROM instances") == [{"status": "CANCELLED"}]
@@ -98,10 +95,6 @@ def test_B_p7_a_task_completed_before_its_deadline_and_committing_during_the_loo
     looker.join(20)
     other.close()
     flow.scan()
-    print("looked", looked, "done", done)
-    print(flow.rows("SELECT status, completed_at FROM tasks"))
-    print(flow.rows("SELECT status, review_reason, deadline_at FROM step_activations"))
-    print(flow.events("wf-0"))
     (t,) = flow.rows("SELECT status, completed_at FROM tasks")
     (a,) = flow.rows("SELECT status, review_reason, deadline_at FROM step_activations")
     assert t["status"] == "SUCCEEDED" and t["completed_at"] < a["deadline_at"]
@@ -113,47 +106,28 @@ def test_B_p7_a_task_completed_before_its_deadline_and_committing_during_the_loo
 
 
 def poll_definition() -> dict:
-    return {
-        "name": "flow",
-        "steps": [
-            {
-                "key": "track",
-                "type": "POLL",
-                "queue": "carrier",
-                "interval_seconds": 60,
-                "timeout_seconds": 600,
-                "max_attempts": 1,
-                "final_signal": {
-                    "name": "shipment.final",
-                    "payload_version": "v1",
-                    "payload_schema": {"type": "object"},
-                },
-                "correlation": "/input/order_id",
-            }
-        ],
-    }
+    return {**poll_invariants.definition(timeout=600, max_attempts=1), "name": "flow"}
 
 
-def test_C_s2_6_s2_7_a_wait_under_review_expires_and_its_signal_expires_unmatched(flow, clock):
+def final_body(key: str = "o-1") -> dict:
+    return poll_invariants.final_signal(key, {"status": "delivered"})
+
+
+def poll_step_in_review(flow) -> None:
+    """order-1 (total deadline 1200 s) with its POLL step in review before its wait's deadline
+    (600 s): its one query failed; the wait is still WAITING."""
     flow.publish(poll_definition())
     flow.start("order-1", input={"order_id": "o-1"}, deadline_seconds=1200)
     flow.scan()
     claimed = flow.claim("carrier").json
     assert flow.complete(claimed, "FAILED", error={"message": "carrier down", "retryable": False}).status_code == 200
     flow.scan()
-    print(flow.rows("SELECT status, review_reason FROM step_activations"))
-    print(flow.rows("SELECT status FROM waits"))
-    body = {
-        "name": "shipment.final",
-        "payload_version": "v1",
-        "target_step_key": "track",
-        "target_activation_sequence": 1,
-        "correlation_key": "o-1",
-        "payload": {"state": "FINAL", "result": {"status": "delivered"}},
-        "reason": "carrier webhook",
-    }
-    sent = flow.send("order-1", "k1", body)
-    print("sent", sent.status_code, sent.json)
+    assert flow.rows("SELECT status FROM waits") == [{"status": "WAITING"}]
+
+
+def test_C_s2_6_s2_7_a_wait_under_review_expires_and_its_signal_expires_unmatched(flow, clock):
+    poll_step_in_review(flow)
+    assert flow.send("order-1", "k1", final_body()).json["status"] == "PENDING"
     flow.scan()
     clock.advance(1300)  # past the wait deadline and the instance's total deadline
     flow.scan()
@@ -162,9 +136,6 @@ def test_C_s2_6_s2_7_a_wait_under_review_expires_and_its_signal_expires_unmatche
         report = flow.scanner.run_once()
         outcomes.append((report.by_source, report.done))
         clock.advance(2)
-    print(outcomes)
-    print(flow.rows("SELECT status, disposition, expires_at, available_at FROM signals"))
-    print(flow.rows("SELECT status FROM waits"), flow.rows("SELECT version FROM instances"))
     assert all(o == ({}, 0) for o in outcomes), outcomes  # the scan above did it all, once
     assert flow.rows("SELECT status, disposition FROM signals") == [
         {"status": "EXPIRED", "disposition": "EXPIRED_UNMATCHED"}
@@ -176,21 +147,8 @@ def test_C_s2_6_s2_7_a_wait_under_review_expires_and_its_signal_expires_unmatche
 def test_C_k1_expiries_under_a_reviewed_step_are_done_once_and_never_sort_before_fresh_work(flow, clock):
     """200 such signals were deferred every second, forever, and sorted first in every batch
     (their due time was their long-past expires_at): fresh work waited behind two full batches."""
-    flow.publish(poll_definition())
-    flow.start("order-1", input={"order_id": "o-1"}, deadline_seconds=1200)
-    flow.scan()
-    claimed = flow.claim("carrier").json
-    assert flow.complete(claimed, "FAILED", error={"message": "carrier down", "retryable": False}).status_code == 200
-    flow.scan()
-    body = {
-        "name": "shipment.final",
-        "payload_version": "v1",
-        "target_step_key": "track",
-        "target_activation_sequence": 1,
-        "correlation_key": "o-1",
-        "payload": {"state": "FINAL", "result": {"status": "delivered"}},
-        "reason": "carrier webhook",
-    }
+    poll_step_in_review(flow)
+    body = final_body()
     for i in range(200):
         assert flow.send("order-1", f"k{i}", body).status_code == 201
     flow.scan()
@@ -199,7 +157,6 @@ def test_C_k1_expiries_under_a_reviewed_step_are_done_once_and_never_sort_before
     clock.advance(1)
     flow.start("order-2", input={"order_id": "o-2"}, deadline_seconds=3600)  # fresh work, due now
     batches = [flow.scanner.run_once().by_source for _ in range(3)]
-    print(batches)
     assert batches[0] == {"checkpoint": 1}
     assert flow.rows("SELECT COUNT(*) AS n FROM signals WHERE status = 'EXPIRED'") == [{"n": 200}]
 
@@ -215,16 +172,7 @@ def test_G_c5_a_checkpoint_defers_while_the_rounds_report_is_held_by_another_uni
     flow.scan()
     claimed = flow.claim("carrier").json
     assert flow.complete(claimed, result={"state": "PENDING"}).status_code == 200
-    body = {
-        "name": "shipment.final",
-        "payload_version": "v1",
-        "target_step_key": "track",
-        "target_activation_sequence": 1,
-        "correlation_key": "o-1",
-        "payload": {"state": "FINAL", "result": {"status": "delivered"}},
-        "reason": "carrier webhook",
-    }
-    assert flow.send("order-1", "k1", body).status_code == 201
+    assert flow.send("order-1", "k1", final_body()).status_code == 201
     (event,) = flow.rows("SELECT id FROM inbox_events WHERE status = 'PENDING'")
     holder = connect(migrated_url)  # a scanner that claimed the inbox event and waits for the instance
     with holder.cursor() as cur:
@@ -235,25 +183,12 @@ def test_G_c5_a_checkpoint_defers_while_the_rounds_report_is_held_by_another_uni
     holder.close()
     flow.scan()
     events = flow.events("order-1")
-    print(decided, events)
     assert decided == "DEFERRED"
     assert events.index("QUERY_RESULT_RECORDED") < events.index("POLL_DECIDED")
     assert flow.workflow("order-1")["steps"][0]["status"] == "SUCCEEDED"
 
 
 # ---- D: a signal with another key for a settled wait is a mismatch, not WAIT_SETTLED ------------------
-
-
-def final_body(key: str = "o-1", result=None) -> dict:
-    return {
-        "name": "shipment.final",
-        "payload_version": "v1",
-        "target_step_key": "track",
-        "target_activation_sequence": 1,
-        "correlation_key": key,
-        "payload": {"state": "FINAL", "result": result or {"status": "delivered"}},
-        "reason": "carrier webhook",
-    }
 
 
 def test_D_s2_2_c3_another_key_for_a_wait_taken_while_the_round_runs_is_a_mismatch(flow):
@@ -329,6 +264,7 @@ def test_I_s2_2_the_activations_unit_moves_a_bounded_number_of_bytes_for_1024_fa
         assert engine.process_checkpoint(fresh, look["id"]) == "CONSUMED"
     finally:
         fresh.close()
+    print("bytes the server sent to the activation's unit:", sent_bytes["n"])
     assert sent_bytes["n"] < 1024 * 1024, sent_bytes
     counts = flow.rows("SELECT status, disposition, COUNT(*) AS n FROM signals GROUP BY status, disposition")
     assert sorted((c["status"], c["disposition"], c["n"]) for c in counts) == [

@@ -10,29 +10,12 @@ import time
 from datetime import timedelta
 
 import pytest
-from faultproxy import FaultProxy
 from helpers import payment, signal_flow_definition, task_steps
 
 from weave import db
-from weave.db import Database, DatabaseUrl
 from weave.resources.signals import signal_request
 from weave.rules import signals as signal_rules
 from weave.sql import backoff, checkpoints, engine, signals, tasks
-
-
-@pytest.fixture
-def proxy(migrated_url):
-    with FaultProxy(migrated_url.port, upstream_host=migrated_url.host) as proxy:
-        yield proxy
-
-
-@pytest.fixture
-def proxied(database, proxy, migrated_url, clock):
-    """A Database on the test database whose connections go through the fault proxy."""
-    url = DatabaseUrl("127.0.0.1", proxy.port, migrated_url.user, migrated_url.password, migrated_url.database)
-    proxied = Database(url, clock=clock)
-    yield proxied
-    proxied.close()
 
 
 def select_one(tx):

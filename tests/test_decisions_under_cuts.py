@@ -25,7 +25,7 @@ from faultproxy import FaultProxy
 from helpers import payment, signal_flow_definition
 
 from weave import db
-from weave.db import Database, DatabaseUrl, Unavailable, connect
+from weave.db import Database, Unavailable, connect
 from weave.errors import WeaveError
 from weave.rules import control as control_rules
 from weave.rules import signals as signal_rules
@@ -36,20 +36,6 @@ WORKFLOWS = ("o-1", "o-2", "o-3")
 OPERATIONS = 40
 SEEDS = int(os.environ.get("WEAVE_STRESS_SEEDS", "6"))
 CONTROLS = ("pause", "resume", "cancel")
-
-
-@pytest.fixture
-def proxy(migrated_url):
-    with FaultProxy(migrated_url.port, upstream_host=migrated_url.host) as proxy:
-        yield proxy
-
-
-@pytest.fixture
-def proxied(database, proxy, migrated_url, clock):
-    url = DatabaseUrl("127.0.0.1", proxy.port, migrated_url.user, migrated_url.password, migrated_url.database)
-    proxied = Database(url, clock=clock)
-    yield proxied
-    proxied.close()
 
 
 class Cuts:
