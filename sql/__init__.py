@@ -15,8 +15,9 @@ imports in a circle (tests/test_architecture.py walks the imports):
     checkpoints  due looks at an instance (ROOT) or a wait (WAIT)
     events       an instance's history;  audit  who did what
     backoff      failed tries of a scanner source (K2)
-    engine       everything that advances a workflow: process a checkpoint, consume an inbox
-                 event, control, advance, activate, consume a wait's signal, settle a step
+    engine/      everything that advances a workflow: process a checkpoint, consume an inbox
+                 event, control, review (`units`); advance, activate, consume a wait's signal
+                 (`moves`); one module per step kind (`task`, `signal`, `poll`)
 
 The signal path: an API request is accepted by `signals.send_signal`; the scanner consumes it
 through `engine.process_checkpoint` -> `engine.consume_wait`.

@@ -10,24 +10,37 @@ import weave.sql
 
 SQL_DIR = Path(weave.sql.__file__).parent
 ENGINE = "engine"
+ENGINE_DIR = SQL_DIR / ENGINE
+
+
+def _imports(path: Path) -> set[str]:
+    """What `path` imports of `weave.sql`, as dotted names below it (`signals`, `engine.moves`,
+    `instances.WorkflowFacts`), at any depth of its code."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[:2] == ["weave", "sql"]:
+            below = node.module.split(".")[2:]
+            found |= {".".join([*below, alias.name]) for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".", 2)[2] for a in node.names if a.name.startswith("weave.sql.")}
+    return found
 
 
 def sql_imports() -> dict[str, set[str]]:
-    """module -> the `weave.sql` modules it imports (at any depth of its code)."""
-    graph = {}
-    for path in sorted(SQL_DIR.glob("*.py")):
-        if path.stem == "__init__":
-            continue
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom) and node.module == "weave.sql":
-                found |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("weave.sql."):
-                found.add(node.module.split(".")[2])
-            elif isinstance(node, ast.Import):
-                found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("weave.sql.")}
-        graph[path.stem] = found
+    """module -> the `weave.sql` modules it imports; the engine package counts as one module."""
+    graph = {path.stem: {n.split(".")[0] for n in _imports(path)} for path in SQL_DIR.glob("*.py")}
+    graph.pop("__init__")
+    graph[ENGINE] = {n.split(".")[0] for path in ENGINE_DIR.glob("*.py") for n in _imports(path)} - {ENGINE}
     return graph
+
+
+def engine_imports() -> dict[str, set[str]]:
+    """engine module -> the engine modules it imports."""
+    return {
+        path.stem: {n.split(".")[1] for n in _imports(path) if n.startswith(ENGINE + ".")}
+        for path in ENGINE_DIR.glob("*.py")
+        if path.stem != "__init__"
+    }
 
 
 def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -58,6 +71,19 @@ def test_no_import_circle_among_sql_modules():
     assert find_circle(sql_imports()) is None
 
 
+def test_no_import_circle_inside_the_engine_and_step_kinds_below_moves():
+    """Issue 27: a step kind is a module that `moves` enters in its table; no kind imports `moves`
+    or `units` (a kind returns an Outcome, `moves` applies it)."""
+    graph = engine_imports()
+    assert {"units", "moves", "task", "signal", "poll", "settle", "steps"} <= set(graph)
+    assert find_circle(graph) is None
+    for kind in ("task", "signal", "poll"):
+        assert not graph[kind] & {"moves", "units"}, (kind, graph[kind])
+    from weave.sql import engine
+
+    assert set(engine.KINDS) == {"TASK", "SIGNAL", "POLL"}
+
+
 def test_the_circle_finder_finds_a_circle():
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_circle({"a": {"b"}, "b": set()}) is None
@@ -78,7 +104,7 @@ def test_the_scanner_and_the_resources_reach_the_engine_not_the_other_way_round(
     assert by_source["checkpoint"] is engine.process_checkpoint
     assert by_source["inbox"] is engine.consume_inbox_event
     assert "engine.control(" in Path(workflows.__file__).read_text()
-    engine_source = (SQL_DIR / "engine.py").read_text()
+    engine_source = "".join(path.read_text() for path in ENGINE_DIR.glob("*.py"))
     assert "weave.resources" not in engine_source and "weave.scanner" not in engine_source
 
 

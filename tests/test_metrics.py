@@ -36,7 +36,8 @@ from weave import metrics
 from weave.db import Database
 from weave.devdb import free_port
 from weave.scanner import Scanner, backlog
-from weave.sql import engine, tenancy
+from weave.sql import tenancy
+from weave.sql.engine import moves
 
 SIGNALS = "/v1/namespaces/{namespace}/workflows/{workflow_id}/signals"
 WORKFLOW = "/v1/namespaces/{namespace}/workflows/{workflow_id}"
@@ -228,18 +229,18 @@ def test_the_scanner_counts_batches_candidates_decisions_failures_backoffs_and_e
     flow.start("w-1")
     flow.start("w-2")
     poisoned = flow.rows("SELECT id FROM instances WHERE workflow_id = 'w-2'")[0]["id"]
-    real_activate = engine.activate
+    real_activate = moves.activate
 
     def activate(tx, instance, *args):
         if instance["id"] == poisoned:
             tx.execute("SELECT no_such_column FROM instances")  # a real SQL error (1054)
         return real_activate(tx, instance, *args)
 
-    monkeypatch.setattr(engine, "activate", activate)
+    monkeypatch.setattr(moves, "activate", activate)
     report = Scanner(database).run_once()  # w-1 is activated, w-2 fails and is backed off
     assert (report.candidates, report.done, report.failed) == (2, 1, 1)
     assert flow.claim(lease_seconds=1).status_code == 200
-    monkeypatch.setattr(engine, "activate", real_activate)
+    monkeypatch.setattr(moves, "activate", real_activate)
     clock.advance(2)
     report = Scanner(database).run_once()  # w-2 is due again and activated; w-1's lease expired
     assert (report.leases, report.done) == ({"REQUEUE": 1}, 1)

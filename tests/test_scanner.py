@@ -11,7 +11,8 @@ from helpers import run_scanners_until, run_with_kills, task_steps, use_real_tim
 
 from weave import scanner as scanner_module
 from weave.scanner import Scanner
-from weave.sql import engine, instances, tasks
+from weave.sql import instances, tasks
+from weave.sql.engine import moves
 
 pytestmark = pytest.mark.slow
 
@@ -131,14 +132,14 @@ def test_k2_an_sql_error_on_one_candidate_backs_it_off_and_the_batch_goes_on(flo
     for i in range(5):
         flow.start(f"wf-{i}")
     poisoned = flow.rows("SELECT id FROM instances WHERE workflow_id = 'wf-2'")[0]["id"]
-    real_activate = engine.activate
+    real_activate = moves.activate
 
     def activate(tx, instance, *args):
         if instance["id"] == poisoned:
             tx.execute("SELECT no_such_column FROM instances")  # a real server-side SQL error (1054)
         return real_activate(tx, instance, *args)
 
-    monkeypatch.setattr(engine, "activate", activate)
+    monkeypatch.setattr(moves, "activate", activate)
     report = Scanner(database).run_once()
     assert (report.candidates, report.done, report.failed) == (5, 4, 1)
     (checkpoint,) = flow.rows(
@@ -152,7 +153,7 @@ def test_k2_an_sql_error_on_one_candidate_backs_it_off_and_the_batch_goes_on(flo
     assert flow.rows("SELECT id FROM step_activations WHERE instance_id = %s", (poisoned,)) == []
 
     assert Scanner(database).run_once().candidates == 0  # backed off: not due yet
-    monkeypatch.setattr(engine, "activate", real_activate)
+    monkeypatch.setattr(moves, "activate", real_activate)
     clock.advance(1)
     assert Scanner(database).run_once().done == 1
     assert flow.rows("SELECT COUNT(*) AS n FROM step_activations")[0]["n"] == 5

@@ -1,0 +1,83 @@
+"""Settling a step and moving the instance, with their events and audit records, and the gate
+(I3, I4): the writes every step kind's outcome, control and review come down to."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from weave.db import Tx
+from weave.rules import gate
+from weave.sql import activations, audit, checkpoints, events, instances
+
+# A disabled application blocks new work; nothing announces its re-enabling, so look again later.
+DISABLED_APPLICATION_RECHECK = timedelta(seconds=60)
+
+
+def settle_step(
+    tx: Tx,
+    instance: dict,
+    activation: dict,
+    status: str,
+    result_text: str | None,
+    review_reason: str | None,
+    actor: str,
+    from_status: str = "ACTIVE",
+) -> None:
+    """The locked activation ends in `status`, with its event and audit record."""
+    activations.settle(tx, activation["id"], status, result_text, review_reason, from_status)
+    data = {"step": activation["step_key"], "activation_sequence": activation["activation_sequence"]}
+    if review_reason:
+        data["review_reason"] = review_reason
+    events.append(tx, instance["id"], f"STEP_{status}", data)
+    audit.record(
+        tx, instance["namespace_id"], actor, "step.settle", {**data, "status": status}, instance_id=instance["id"]
+    )
+
+
+def review_step(tx: Tx, instance: dict, activation: dict, reason: str, actor: str) -> dict:
+    """The step needs an operator: it goes NEEDS_REVIEW and takes the instance with it (gate
+    CLOSED) unless the instance has already ended. Returns the instance as it is afterwards."""
+    settle_step(tx, instance, activation, "NEEDS_REVIEW", None, reason, actor)
+    if instance["status"] in gate.TERMINAL:
+        return instance
+    return move_instance(tx, instance, "NEEDS_REVIEW", gate.CLOSED, reason, actor, {"step": activation["step_key"]})
+
+
+def move_instance(
+    tx: Tx,
+    instance: dict,
+    status: str,
+    gate_state: str,
+    review_reason: str | None,
+    actor: str,
+    event_data: dict | None = None,
+) -> dict:
+    """Move the locked instance to (status, gate, review_reason) with its event and audit record;
+    returns the instance as it is afterwards."""
+    moved = instances.move(tx, instance, status, gate_state, review_reason)
+    data = {"status": status, "gate": gate_state, "review_reason": review_reason, **(event_data or {})}
+    events.append(tx, instance["id"], f"WORKFLOW_{status}", data)
+    audit.record(
+        tx,
+        instance["namespace_id"],
+        actor,
+        "workflow.state",
+        {"from": {"status": instance["status"], "gate": instance["gate"]}, "to": data},
+        instance_id=instance["id"],
+    )
+    return moved
+
+
+def new_work(tx: Tx, instance: dict, actor: str) -> str:
+    """May the instance start new work now (I3)? Past its total deadline it goes to review (I4);
+    held back by a disabled application, it looks again later (nothing announces re-enabling)."""
+    verdict = gate.new_work(
+        gate.GateFacts(
+            instance["status"], instance["gate"], instance["application_status"], instance["deadline_at"], tx.now()
+        )
+    )
+    if verdict == gate.DEADLINE_EXCEEDED:
+        move_instance(tx, instance, "NEEDS_REVIEW", gate.CLOSED, "DEADLINE_EXCEEDED", actor)
+    elif verdict == gate.HOLD and instance["application_status"] != "ACTIVE" and instance["status"] == "RUNNING":
+        checkpoints.schedule_root(tx, instance["id"], tx.now() + DISABLED_APPLICATION_RECHECK)
+    return verdict
