@@ -37,7 +37,7 @@ import falcon
 import jinja2
 
 from weave import auth, jsontext, schemas
-from weave.console import timeline, words
+from weave.console import timeline, values, words
 from weave.errors import Code, WeaveError
 from weave.http import (
     Operation,
@@ -46,6 +46,7 @@ from weave.http import (
     bounded_value_text,
     check_path_ids,
     operation,
+    query_int,
     query_text,
     read_body,
 )
@@ -73,6 +74,12 @@ SECURITY_HEADERS = {
 FORM = "application/x-www-form-urlencoded"
 FORM_FIELDS_MAX = 16
 LIST_PAGE = 50
+# One page of each list on a workflow's page (issue 26, item 1): with values.PAGE_BYTES they bound it.
+SIGNALS_PAGE = 25
+ROUNDS_PAGE = 25
+EVENTS_PAGE = 50
+PAGED = {"signals": SIGNALS_PAGE, "rounds": ROUNDS_PAGE, "events": EVENTS_PAGE}
+CURSOR_MAX = 2**64 - 1
 TOKEN_MAX = 200  # longer than any token Weave makes
 WATCH_SECONDS = 2
 # Where sign-in may send the browser back to: a console path only, never another origin.
@@ -94,7 +101,7 @@ _templates = jinja2.Environment(
     lstrip_blocks=True,
 )
 _templates.filters["time"] = timeline.stamp
-_templates.filters["indented"] = jsontext.indented
+_templates.filters["count"] = "{:,}".format
 _templates.filters["segment"] = lambda value: quote(value, safe="")  # a workflow id in a path
 _STYLESHEET = resources.files("weave.console").joinpath("static/console.css").read_bytes()
 
@@ -186,12 +193,13 @@ class Console(Resource):
         return None if principal is None else (session_id, principal)
 
 
-def page(summary: str, *scopes: str) -> Callable:
-    """Mark a console responder with its operation and run the API's checks before it.
+def page(summary: str, *scopes: str, query: tuple[tuple[str, str], ...] = ()) -> Callable:
+    """Mark a console responder with its operation (`query`: the parameters it takes) and run the
+    API's checks before it.
 
     A request without a live session is sent to sign in (303). A refusal is a page saying why,
     with the problem's status."""
-    meta = Operation(summary, scopes=scopes, not_found=Code.WORKFLOW_NOT_FOUND, session=True)
+    meta = Operation(summary, scopes=scopes, not_found=Code.WORKFLOW_NOT_FOUND, session=True, query=query)
 
     def mark(responder: Callable) -> Callable:
         @functools.wraps(responder)
@@ -293,8 +301,15 @@ class Stylesheet:
 # ---- pages ------------------------------------------------------------------------------------------
 
 
+LIST_QUERY = (
+    ("status", "one of the instance statuses"),
+    ("definition", "a definition name"),
+    ("after", "the cursor of the previous page"),
+)
+
+
 class WorkflowList(Console):
-    @page("The review console's workflow list (HTML)", "workflows:read")
+    @page("The review console's workflow list (HTML)", "workflows:read", query=LIST_QUERY)
     def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str) -> None:
         principal = visit.principal
         problem = None
@@ -345,9 +360,21 @@ class Refusal:
     values: dict[str, str]
 
 
+PAGE_QUERY = (
+    ("done", "the action just done, for its notice"),
+    ("watch", "1: reload every 2 s until the workflow ends"),
+    *[(f"{name}_{side}", f"the {name} page {side} this key") for name in PAGED for side in ("after", "before")],
+)
+
+
 class WorkflowPage(Console):
-    @page("The review console's page of one workflow (HTML)", "workflows:read")
+    @page("The review console's page of one workflow (HTML)", "workflows:read", query=PAGE_QUERY)
     def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str, workflow_id: str):
+        cursors = {
+            f"{name}_{side}": query_int(req, f"{name}_{side}", 0, 0, CURSOR_MAX)
+            for name in PAGED
+            for side in ("after", "before")
+        }
         show_workflow(
             self.database,
             resp,
@@ -356,7 +383,28 @@ class WorkflowPage(Console):
             workflow_id,
             done=req.get_param("done") or "",
             watch=req.get_param("watch") == "1",
+            cursors=cursors,
         )
+
+
+@dataclass(frozen=True)
+class Value:
+    """A stored value as the page shows it, and the API call that answers it exactly."""
+
+    shown: values.Shown
+    exact: str
+
+
+def _pager(url: Callable, cursors: dict[str, int], name: str, part: records.Page, key: str) -> dict[str, str | None]:
+    """The links to the pages before and after `part` of the list `name` (None where there is none),
+    the other lists kept where they are."""
+    kept = {k: v for k, v in cursors.items() if not k.startswith(f"{name}_")}
+    # An empty page after a cursor (its rows went, or the cursor was typed) links back to what precedes it.
+    first = part.rows[0][key] if part.rows else cursors.get(f"{name}_after", 0) + 1
+    return {
+        "earlier": url(**kept, **{f"{name}_before": first}) + f"#{name}" if part.earlier else None,
+        "later": url(**kept, **{f"{name}_after": part.rows[-1][key]}) + f"#{name}" if part.later else None,
+    }
 
 
 def show_workflow(
@@ -369,16 +417,72 @@ def show_workflow(
     refusal: Refusal | None = None,
     done: str = "",
     watch: bool = False,
+    cursors: dict[str, int] | None = None,
 ) -> None:
-    record = records.read_record(database, visit.principal, workflow_id)
-    facts = record.facts
-    instance = facts.instance
-    steps = facts.document["steps"]
-    under_review = next((key for key, a in facts.activations.items() if a["status"] == "NEEDS_REVIEW"), None)
+    cursors = {k: v for k, v in (cursors or {}).items() if v}
+    windows = {
+        name: records.Window(size, cursors.get(f"{name}_after", 0), cursors.get(f"{name}_before"))
+        for name, size in PAGED.items()
+    }
+    record = records.read_record(
+        database,
+        visit.principal,
+        workflow_id,
+        windows["signals"],
+        windows["rounds"],
+        windows["events"],
+        values.VALUE_BYTES,
+        values.DATA_BYTES,
+    )
+    instance = record.instance
+    steps = record.document["steps"]
+    api = f"/v1/namespaces/{namespace}/workflows/{quote(workflow_id, safe='')}"
+    budget = values.Budget(values.PAGE_BYTES)  # spent in the order the page shows the values
+    results = {
+        step["key"]: Value(
+            budget.show(record.latest[step["key"]]["result"], record.latest[step["key"]]["result_bytes"]),
+            f"GET {api} (its /steps/{index}/result)",
+        )
+        for index, step in enumerate(steps)
+        if step["key"] in record.latest
+    }
     signals = [
-        {**row, "kind": words.signal_outcome(row)[0], "words": words.signal_outcome(row)[1]} for row in record.signals
+        {
+            **row,
+            "kind": words.signal_outcome(row)[0],
+            "words": words.signal_outcome(row)[1],
+            "value": Value(
+                # A signal stored before signal identity holds its text as it came: shown on one line.
+                budget.show(row["payload"], row["payload_bytes"], laid_out=row["request_digest"] is not None),
+                f"GET {api}/signals/{row['id']}",
+            ),
+        }
+        for row in record.signals.rows
+    ]
+    rounds = []
+    for row in record.rounds.rows:
+        report, size = (
+            (row["result"], row["result_bytes"]) if row["result"] is not None else (row["error"], row["error_bytes"])
+        )
+        final = row["status"] not in ("QUEUED", "RUNNING")
+        exact = (
+            f"GET {api}/events (the QUERY_RESULT_RECORDED event of task {row['id']})"
+            if final
+            else "none yet: the API serves a round's report once it is final (QUERY_RESULT_RECORDED)"
+        )
+        rounds.append({**row, "value": Value(budget.show(report, size), exact)})
+    history = [
+        {
+            **row,
+            "value": Value(
+                budget.show(row["data"], row["data_bytes"], values.DATA_BYTES, laid_out=False),
+                f"GET {api}/events?after={row['seq'] - 1}&limit=1",
+            ),
+        }
+        for row in record.history.rows
     ]
     ended = instance["status"] in timeline.TERMINAL
+    url = functools.partial(_workflow_url, namespace, workflow_id)
     _render(
         resp,
         "workflow.html",
@@ -388,28 +492,41 @@ def show_workflow(
         namespace=namespace,
         instance=instance,
         steps=steps,
-        latest=facts.activations,
-        waits_by_activation=facts.waits,
-        tasks_by_activation=facts.tasks,
-        under_review=under_review,
+        latest=record.latest,
+        results=results,
+        waits_by_activation=record.waits,
+        tasks_by_activation=record.tasks,
+        under_review=next((key for key, a in record.latest.items() if a["status"] == "NEEDS_REVIEW"), None),
         review_reason=words.review_reason(instance["review_reason"]),
         step_reason=words.review_reason,
         drawing=timeline.draw(
-            steps, instance, record.activations, record.waits, record.tasks, record.signals, record.now
+            steps,
+            instance,
+            record.activations,
+            list(record.waits.values()),
+            record.rounds.rows,
+            record.signals.rows,
+            record.now,
         ),
         mark_kinds=words.MARK_KINDS,
         signals=signals,
-        rounds=[t for t in record.tasks if t["kind"] == "QUERY"],
+        signals_stored=instance["signals_stored"],
+        signals_pager=_pager(url, cursors, "signals", record.signals, "id"),
+        rounds=rounds,
+        has_rounds=bool(rounds) or record.rounds.earlier,
+        rounds_pager=_pager(url, cursors, "rounds", record.rounds, "id"),
         activation_of={a["id"]: a for a in record.activations},
-        history=record.history,
-        more_history=record.more_history,
+        history=history,
+        history_pager=_pager(url, cursors, "events", record.history, "seq"),
+        page_sizes=PAGED,
         refusal=refusal,
         done=DONE.get(done, ""),
         watch=watch and not ended,
         watch_seconds=WATCH_SECONDS,
         ended=ended,
-        url=_workflow_url(namespace, workflow_id),
-        watch_url=_workflow_url(namespace, workflow_id, watch="1"),
+        url=url(),
+        here=url(**cursors),
+        watch_url=url(**cursors, watch="1"),
         can_control="workflows:control" in visit.principal.scopes,
         can_review="workflows:review" in visit.principal.scopes,
         read_only=visit.principal.application_status != "ACTIVE",
