@@ -508,6 +508,10 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "sessions.LOCK_SESSION": (sessions.LOCK_SESSION, ((5).to_bytes(32, "big"),)),
         "sessions.DELETE_SESSION": (sessions.DELETE_SESSION, (1,)),
         "sessions.DELETE_EXPIRED": (sessions.DELETE_EXPIRED, (now, 100)),
+        # console sign-in: a credential's sessions beyond its cap, a refused token's credential
+        "sessions.SELECT_BEYOND_CAP": (sessions.SELECT_BEYOND_CAP, (1, 5, 100)),
+        "sessions.DELETE_SESSIONS": (sessions.DELETE_SESSIONS, ((1, 2),)),
+        "tenancy.SELECT_CREDENTIAL_OF_TOKEN": (tenancy.SELECT_CREDENTIAL_OF_TOKEN, (ids["token"],)),
     }
     # Each scanner source's backoff after a failed try (K2): its lock and its record.
     for name, module in (("checkpoints", checkpoints), ("inbox", inbox), ("signals", signals)):
@@ -546,6 +550,8 @@ EXPECTED_KEYS = {
     "tenancy.SELECT_CURRENT_CREDENTIAL": ("c", "uq_credentials_token"),
     "signals.SELECT_TARGET_INSTANCE_AND_KEY": ("s", "uq_signals_idempotency"),
     "audit.SELECT_ACCEPTANCE_DIGEST": ("audit_records", "ix_audit_signal"),
+    "sessions.SELECT_BEYOND_CAP": ("console_sessions", "ix_console_sessions_credential"),
+    "tenancy.SELECT_CREDENTIAL_OF_TOKEN": ("credentials", "uq_credentials_token"),
     "timeline.SIGNAL_IDS_AFTER": ("s", "uq_signals_idempotency"),
     "timeline.SIGNAL_IDS_BEFORE": ("s", "uq_signals_idempotency"),
     "timeline.SELECT_SIGNALS": ("s", "PRIMARY"),

@@ -8,7 +8,11 @@ JavaScript and a value that gets past escaping still cannot run.
   session id in an `HttpOnly`, `SameSite=Strict` cookie (`Secure` over HTTPS), and the database
   only its hash (`sql.sessions`). Every page finds the credential again through the session and
   checks it as an API request checks its token, so a revoked credential's session is refused on
-  the next page.
+  the next page. Signing in again ends the browser's earlier session; a credential holds a few
+  sessions at most (`sql.sessions`); sign-in attempts are rate-limited by client address and by
+  credential (`weave.console.limits`, 429 with `Retry-After`), and refused ones are audited.
+- **Text** a client sent is shown with the logs' escapes (`_visible`), stored values within a
+  budget (`weave.console.values`); a workflow's page holds one page of each of its lists.
 - **Authorization.** Each responder declares its operation like the API's (`@page` marks an
   `Operation` with `session=True`), and the checks are the API's own: `check_path_ids`, then
   `weave.http.authorize` (namespace: not found, scope: 403, a disabled application reads only),
@@ -26,6 +30,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import logging
+import math
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -35,9 +41,10 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 import falcon
 import jinja2
+from markupsafe import Markup, escape
 
-from weave import auth, jsontext, schemas
-from weave.console import timeline, values, words
+from weave import auth, jsontext, logs, schemas
+from weave.console import limits, timeline, values, words
 from weave.errors import Code, WeaveError
 from weave.http import (
     Operation,
@@ -45,6 +52,7 @@ from weave.http import (
     authorize,
     bounded_value_text,
     check_path_ids,
+    check_query_names,
     operation,
     query_int,
     query_text,
@@ -55,6 +63,8 @@ from weave.rules import review as review_rules
 from weave.rules import signals as signal_rules
 from weave.sql import engine, instances, sessions, tenancy
 from weave.sql import timeline as records
+
+log = logging.getLogger(__name__)
 
 ROOT = "/console"
 SESSION_COOKIE = "weave_console"
@@ -82,8 +92,12 @@ PAGED = {"signals": SIGNALS_PAGE, "rounds": ROUNDS_PAGE, "events": EVENTS_PAGE}
 CURSOR_MAX = 2**64 - 1
 TOKEN_MAX = 200  # longer than any token Weave makes
 WATCH_SECONDS = 2
-# Where sign-in may send the browser back to: a console path only, never another origin.
-NEXT = re.compile(r"(?!.*/\.\.?(/|$))/console/ns/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+(/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+)*")
+# Where sign-in may send the browser back to: a console path only, never another origin, and no
+# dot segment, written (`..`) or percent-encoded (`%2e%2e`, `.%2E`: browsers resolve those too;
+# Weave's own paths never encode a dot).
+NEXT = re.compile(
+    r"(?!.*/\.\.?(/|$))(?!.*%2[eE])/console/ns/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+(/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+)*"
+)
 DONE = {
     "pause": "Paused.",
     "resume": "Resumed.",
@@ -93,15 +107,35 @@ DONE = {
     "fail": "The workflow was failed.",
 }
 
+
+def _visible(value):
+    """What a template writes of a value, before Jinja escapes it for HTML: text with the logs'
+    escapes (`weave.logs.escape`: a control, format or separator character such as NUL, ESC or a
+    bidirectional override becomes `\\x00`, `\\u202e`, and a backslash `\\\\`), so that a value
+    cannot hide or reorder what the page shows (issue 26, item 10). Markup (a macro's output, a
+    value laid out by `weave.console.values`, which escapes in JSON's notation) is left as it is."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return logs.escape(value)
+    return value
+
+
+def _as_typed(value: str) -> Markup:
+    """A form field's value written back into the form after a refusal: exactly what was typed (its
+    own sender's text, in this very answer), HTML-escaped only, so that sending it again sends the same."""
+    return escape(value)
+
+
 _templates = jinja2.Environment(
     loader=jinja2.PackageLoader("weave.console", "templates"),
     autoescape=True,  # every template is HTML
+    finalize=_visible,
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
 )
 _templates.filters["time"] = timeline.stamp
 _templates.filters["count"] = "{:,}".format
+_templates.filters["as_typed"] = _as_typed
 _templates.filters["segment"] = lambda value: quote(value, safe="")  # a workflow id in a path
 _STYLESHEET = resources.files("weave.console").joinpath("static/console.css").read_bytes()
 
@@ -137,6 +171,11 @@ def _render(resp: falcon.Response, template: str, http_status: int = 200, **cont
     resp.status = http_status
     resp.content_type = falcon.MEDIA_HTML
     resp.text = _templates.get_template(template).render(**context)
+
+
+def _problem_page(resp: falcon.Response, exc: WeaveError, visit: Visit | None = None) -> None:
+    resp.set_headers(exc.headers)
+    _render(resp, "error.html", exc.code.status, visit=visit, problem=exc, root=ROOT)
 
 
 def _redirect(resp: falcon.Response, location: str) -> None:
@@ -194,8 +233,9 @@ class Console(Resource):
 
 
 def page(summary: str, *scopes: str, query: tuple[tuple[str, str], ...] = ()) -> Callable:
-    """Mark a console responder with its operation (`query`: the parameters it takes) and run the
-    API's checks before it.
+    """Mark a console responder with its operation and run the API's checks before it, the query's
+    too (`query`: the parameters it takes): one it does not take, or one given twice, is refused
+    with 422 as by the API (issue 26, item 10).
 
     A request without a live session is sent to sign in (303). A refusal is a page saying why,
     with the problem's status."""
@@ -218,9 +258,10 @@ def page(summary: str, *scopes: str, query: tuple[tuple[str, str], ...] = ()) ->
                     visit = Visit(principal, visit.csrf, read_form(req, self.body_limit))
                     _require_csrf(visit.form.get("csrf"), visit.csrf)
                 authorize(principal, meta, params, req.method)
+                check_query_names(req, meta)
                 responder(self, req, resp, visit, **params)
             except WeaveError as exc:
-                _render(resp, "error.html", exc.code.status, visit=visit, problem=exc, root=ROOT)
+                _problem_page(resp, exc, visit)
 
         run.operation = meta
         return run
@@ -250,28 +291,58 @@ class SignInForm(Console):
         _sign_in_form(req, resp, 200, next_page=next_page)
 
 
+def _too_many(wait: float, detail: str) -> WeaveError:
+    seconds = max(1, math.ceil(wait))
+    return WeaveError(
+        Code.QUOTA_EXCEEDED, f"{detail}: try again in {seconds} s.", headers={"Retry-After": str(seconds)}
+    )
+
+
 class SignIn(Console):
+    def __init__(self, database, body_limit: int, sign_in_limits: limits.SignInLimits):
+        super().__init__(database, body_limit)
+        self.limits = sign_in_limits
+
     @operation("Sign in to the review console with a token (HTML form)", public=True)
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.set_headers(SECURITY_HEADERS)
+        address = req.remote_addr or "?"
         try:
+            # Every attempt counts against its address, before anything is read (issue 26, item 10).
+            wait = self.limits.address.take(address)
+            if wait:
+                raise _too_many(wait, "Too many sign-in attempts from this address")
             form = read_form(req, self.body_limit)
             _require_csrf(form.get("csrf"), _cookie(req, SIGN_IN_COOKIE))
         except WeaveError as exc:
-            return _render(resp, "error.html", exc.code.status, visit=None, problem=exc, root=ROOT)
+            return _problem_page(resp, exc)
         token = form.get("token", "").strip()
         next_page = form.get("next", "")
-        principal = tenancy.authenticate(self.database, auth.token_hash(token)) if 0 < len(token) <= TOKEN_MAX else None
+        token_sha256 = auth.token_hash(token) if 0 < len(token) <= TOKEN_MAX else None
+        principal = tenancy.authenticate(self.database, token_sha256) if token_sha256 else None
         if principal is None:
+            self.refused(token_sha256, "the token is unknown, revoked or expired", address)
             challenge = {"WWW-Authenticate": 'Bearer realm="weave"'}
             return _sign_in_form(req, resp, 401, "The token is unknown, revoked or expired.", next_page, **challenge)
+        wait = self.limits.credential.take(principal.credential_id)
+        if wait:
+            self.refused(token_sha256, "too many sign-ins of this credential", address)
+            return _problem_page(resp, _too_many(wait, "Too many sign-ins of this credential"))
         if "workflows:read" not in principal.scopes:
+            self.refused(token_sha256, "the credential lacks the scope workflows:read", address)
             return _sign_in_form(req, resp, 403, "This credential lacks the scope workflows:read.", next_page)
         session_id = secrets.token_urlsafe(32)
-        sessions.start(self.database, principal, _digest(session_id))
+        earlier = _cookie(req, SESSION_COOKIE)  # this browser's session so far, if any: it ends
+        replaced = _digest(earlier) if earlier is not None and SESSION_ID.fullmatch(earlier) else None
+        sessions.start(self.database, principal, _digest(session_id), replaced, address)
         _set_cookie(req, resp, SESSION_COOKIE, session_id, int(sessions.LIFETIME.total_seconds()))
         resp.unset_cookie(SIGN_IN_COOKIE, path=ROOT, same_site="Strict")
         _redirect(resp, next_page if NEXT.fullmatch(next_page) else _list_url(principal.namespace))
+
+    def refused(self, token_sha256: bytes | None, reason: str, address: str) -> None:
+        """A refused sign-in: audited where its token names a credential, logged in any case (never the token)."""
+        audited = token_sha256 is not None and sessions.refuse(self.database, token_sha256, reason, address)
+        log.warning("console sign-in refused from %s: %s%s", address, reason, "" if audited else " (no credential)")
 
 
 class SignOut(Console):
@@ -283,7 +354,7 @@ class SignOut(Console):
             try:
                 _require_csrf(read_form(req, self.body_limit).get("csrf"), _csrf_token(session_id))
             except WeaveError as exc:
-                return _render(resp, "error.html", exc.code.status, visit=None, problem=exc, root=ROOT)
+                return _problem_page(resp, exc)
             sessions.end(self.database, _digest(session_id))
         resp.unset_cookie(SESSION_COOKIE, path=ROOT, same_site="Strict")
         _redirect(resp, ROOT)
@@ -631,7 +702,7 @@ def routes(database, config) -> list[tuple[str, object]]:
     ns = f"{ROOT}/ns/{{namespace}}"
     return [
         (ROOT, SignInForm(database, limit)),
-        (f"{ROOT}/sign-in", SignIn(database, limit)),
+        (f"{ROOT}/sign-in", SignIn(database, limit, limits.SignInLimits())),
         (f"{ROOT}/sign-out", SignOut(database, limit)),
         (f"{ROOT}/style.css", Stylesheet()),
         (f"{ns}/workflows", WorkflowList(database, limit)),
