@@ -64,13 +64,15 @@ FROM signals s WHERE s.id IN %s ORDER BY s.id
 """
 ROUND_IDS_AFTER = "SELECT id FROM tasks WHERE activation_id IN %s AND id > %s ORDER BY id LIMIT %s"
 ROUND_IDS_BEFORE = "SELECT id FROM tasks WHERE activation_id IN %s AND id < %s ORDER BY id DESC LIMIT %s"
-# `round` is the round's number in its activation: the activation's tasks up to it, by index alone.
 SELECT_ROUNDS = """
-SELECT t.id, t.activation_id, t.status, t.attempt, t.max_attempts, t.available_at, t.completed_at,
-       LEFT(t.result, %s) AS result, OCTET_LENGTH(t.result) AS result_bytes,
-       LEFT(t.error, %s) AS error, OCTET_LENGTH(t.error) AS error_bytes,
-       (SELECT COUNT(*) FROM tasks r WHERE r.activation_id = t.activation_id AND r.id <= t.id) AS round
-FROM tasks t WHERE t.id IN %s ORDER BY t.id
+SELECT id, activation_id, status, attempt, max_attempts, available_at, completed_at,
+       LEFT(result, %s) AS result, OCTET_LENGTH(result) AS result_bytes,
+       LEFT(error, %s) AS error, OCTET_LENGTH(error) AS error_bytes
+FROM tasks WHERE id IN %s ORDER BY id
+"""
+# The rounds of each activation before the page: the page's rounds are numbered on from there.
+COUNT_ROUNDS_BEFORE = """
+SELECT activation_id, COUNT(*) AS n FROM tasks WHERE activation_id IN %s AND id < %s GROUP BY activation_id
 """
 EVENTS_AFTER = """
 SELECT seq, type, at, LEFT(data, %s) AS data, OCTET_LENGTH(data) AS data_bytes FROM events
@@ -108,7 +110,7 @@ class WorkflowRecord:
     waits: dict[int, dict]  # activation_id -> its wait
     tasks: dict[int, dict]  # activation_id -> its newest task
     signals: Page  # `payload` is its head, `payload_bytes` its size
-    rounds: Page  # query rounds; `result` and `error` are heads
+    rounds: Page  # query rounds; `result` and `error` are heads, `round` the number in its activation
     history: Page  # `data` is its head
     now: datetime
 
@@ -159,6 +161,10 @@ def read_record(
         round_ids = _page(tx, rounds, ROUND_IDS_AFTER, ROUND_IDS_BEFORE, (poll_activations,))
         if round_ids.rows:
             round_rows = tx.all(SELECT_ROUNDS, (head, head, tuple(r["id"] for r in round_ids.rows)))
+            before = tx.all(COUNT_ROUNDS_BEFORE, (poll_activations, round_rows[0]["id"]))
+            numbers = {row["activation_id"]: row["n"] for row in before}
+            for row in round_rows:
+                row["round"] = numbers[row["activation_id"]] = numbers.get(row["activation_id"], 0) + 1
 
     return WorkflowRecord(
         instance=instance,

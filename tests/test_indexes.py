@@ -497,6 +497,7 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "timeline.ROUND_IDS_AFTER": (timeline.ROUND_IDS_AFTER, ((activation, activation + 1), 0, 26)),
         "timeline.ROUND_IDS_BEFORE": (timeline.ROUND_IDS_BEFORE, ((activation, activation + 1), task + 5, 26)),
         "timeline.SELECT_ROUNDS": (timeline.SELECT_ROUNDS, (4096, 4096, (task, task + 1))),
+        "timeline.COUNT_ROUNDS_BEFORE": (timeline.COUNT_ROUNDS_BEFORE, ((activation, activation + 1), task + 5)),
         "timeline.EVENTS_AFTER": (timeline.EVENTS_AFTER, (512, instance, 0, 51)),
         "timeline.EVENTS_BEFORE": (timeline.EVENTS_BEFORE, (512, instance, 5, 51)),
         # the workflow list's grants check (its pages: test_workflow_list_queries_use_their_indexes)
@@ -563,7 +564,7 @@ EXPECTED_KEYS = {
 # The console's pages find their rows' keys from an index alone, which a sort may then order
 # without carrying a row, let alone a value (the rows follow by primary key).
 INDEX_ONLY = ("timeline.SIGNAL_IDS_AFTER", "timeline.SIGNAL_IDS_BEFORE", "timeline.ROUND_IDS_AFTER")
-INDEX_ONLY += ("timeline.ROUND_IDS_BEFORE",)
+INDEX_ONLY += ("timeline.ROUND_IDS_BEFORE", "timeline.COUNT_ROUNDS_BEFORE")
 # One row per namespace by design (the metrics' review gauge): each reads its count from an index.
 WHOLE_BY_DESIGN = {("instances.NEEDS_REVIEW_BY_NAMESPACE", "n")}
 
