@@ -176,6 +176,15 @@ def revoke_credential(tx: Tx, namespace: str, credential_id: int) -> dict:
 # every request reads just those, by the token's hash, and a process keeps identities it has seen.
 # The lookup is by the SHA-256 of a 256-bit secret (unique key): a timing difference in the index
 # compare could at most reveal a prefix of a hash, which does not help to find a token.
+# A credential whatever its state (revoked, expired): what a refused console sign-in is audited as.
+SELECT_CREDENTIAL_OF_TOKEN = "SELECT id, namespace_id, actor FROM credentials WHERE token_sha256 = %s"
+
+
+def credential_of_token(tx: Tx, token_sha256: bytes) -> dict | None:
+    """`id`, `namespace_id` and `actor` of the credential of a token, current or not; None if none."""
+    return tx.one(SELECT_CREDENTIAL_OF_TOKEN, (token_sha256,))
+
+
 SELECT_CURRENT_CREDENTIAL = """
 SELECT UTC_TIMESTAMP(6) AS now, c.id, c.expires_at, a.status AS application_status, a.signals_per_minute
 FROM credentials c JOIN applications a ON a.id = c.application_id

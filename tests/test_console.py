@@ -5,13 +5,17 @@ drives the same pages in Chromium."""
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import re
+from html.parser import HTMLParser
 from urllib.parse import quote, urlencode
 
 import pytest
 from helpers import insert_instances, payment, signal_flow_definition, task_steps
 
-from weave.console import pages
+from weave import logs
+from weave.console import limits, pages
 from weave.sql import sessions, tenancy
 
 FORM = "application/x-www-form-urlencoded"
@@ -416,3 +420,147 @@ def test_a_poll_steps_query_rounds_are_shown_with_their_reports(console, operato
     assert "&#34;state&#34;: &#34;PENDING&#34;" in rounds and "&#34;state&#34;: &#34;FINAL&#34;" in rounds
     svg = re.search(r"<svg.*</svg>", shown.text, re.S).group(0)
     assert svg.count('class="bar bar-round-succeeded"') == 2
+
+
+# ---- issue 26, item 10: redirects, sessions, sign-in limits, what text may hold, repeated filters ----------
+
+
+def test_a_next_page_with_percent_encoded_dots_is_refused(console, operator):
+    for dots in (
+        "/console/ns/acme/workflows/%2e%2e/%2e%2e/%2e%2e/v1/x",
+        "/console/ns/acme/%2E%2E/sign-out",
+        "/console/ns/acme/workflows/.%2e/x",
+        "/console/ns/acme/workflows/%2e",
+    ):
+        console.cookies = {}
+        console.get("/console/")
+        sent = console.post("/console/sign-in", {"csrf": console.csrf(), "token": operator, "next": dots})
+        assert sent.headers["location"] == "/console/ns/acme/workflows", dots
+        assert console.get("/console/?" + urlencode({"next": dots})).headers["location"] == "/console/ns/acme/workflows"
+
+
+def test_signing_in_again_in_the_same_browser_ends_the_earlier_session(console, operator, flow):
+    console.sign_in(operator)
+    earlier = dict(console.cookies)
+    # A signed-in browser is sent on from the form; one that kept an earlier form (another tab), or
+    # a script, posts it with the session's cookie all the same.
+    form = Console(console.client)
+    form.get("/console/")
+    console.cookies.update(form.cookies)
+    assert console.post("/console/sign-in", {"csrf": form.csrf(), "token": operator}).status_code == 303
+    assert console.cookies[pages.SESSION_COOKIE] != earlier[pages.SESSION_COOKIE]
+    assert console.get("/console/ns/acme/workflows").status_code == 200
+    assert len(flow.rows("SELECT id FROM console_sessions")) == 1
+    console.cookies = earlier
+    assert console.get("/console/ns/acme/workflows").status_code == 303  # ended, not merely forgotten
+    actions = flow.rows("SELECT action, details FROM audit_records WHERE action LIKE 'console.%%' ORDER BY id")
+    assert [a["action"] for a in actions] == ["console.sign_in", "console.sign_out", "console.sign_in"]
+    assert '"replaced":true' in actions[1]["details"]
+
+
+def test_a_credential_keeps_a_session_in_each_browser_up_to_a_cap_the_oldest_ending_first(client, operator, flow):
+    browsers = [Console(client) for _ in range(sessions.SESSIONS_PER_CREDENTIAL + 2)]
+    for browser in browsers:
+        browser.sign_in(operator)
+    answers = [browser.get("/console/ns/acme/workflows").status_code for browser in browsers]
+    assert answers == [303, 303] + [200] * sessions.SESSIONS_PER_CREDENTIAL
+    assert len(flow.rows("SELECT id FROM console_sessions")) == sessions.SESSIONS_PER_CREDENTIAL
+
+
+def test_sign_in_is_limited_per_client_address_with_a_429_page(console, tenant, operator, flow):
+    for n in range(limits.SIGN_INS_PER_ADDRESS):
+        assert console.sign_in("wv_" + "x" * 43).status_code == 401, n
+    refused = console.sign_in(operator)  # even with a good token: the address is out of attempts
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    assert "Too many sign-in attempts from this address" in refused.text
+    assert refused.headers["content-security-policy"] == pages.CONTENT_SECURITY_POLICY
+    assert flow.rows("SELECT id FROM console_sessions") == []
+    other = Console(console.client)
+    other.get("/console/", remote_addr="10.0.0.9")
+    signed_in = other.post("/console/sign-in", {"csrf": other.csrf(), "token": operator}, remote_addr="10.0.0.9")
+    assert signed_in.status_code == 303  # another address still may
+
+
+def test_sign_in_is_limited_per_credential_from_any_address(client, operator, flow):
+    for n in range(limits.SIGN_INS_PER_CREDENTIAL + 1):
+        browser = Console(client)
+        browser.get("/console/", remote_addr=f"10.0.1.{n}")
+        answer = browser.post(
+            "/console/sign-in", {"csrf": browser.csrf(), "token": operator}, remote_addr=f"10.0.1.{n}"
+        )
+        assert answer.status_code == (303 if n < limits.SIGN_INS_PER_CREDENTIAL else 429), n
+    assert "Too many sign-ins of this credential" in answer.text
+    assert len(flow.rows("SELECT id FROM console_sessions")) == sessions.SESSIONS_PER_CREDENTIAL
+
+
+def test_failed_sign_ins_are_audited_in_the_credentials_namespace_and_unknown_tokens_logged(
+    console, tenant, database, flow
+):
+    from helpers import captured_log
+
+    worker = tenant.token("tasks:work", queues=QUEUES, actor="worker-1")
+    revoked = tenant.token(*OPERATOR, queues=QUEUES, actor="ops-bob")
+    (credential,) = flow.rows("SELECT id FROM credentials WHERE actor = 'ops-bob'")
+    tenancy.revoke_credential(database, "acme", credential["id"])
+    assert console.sign_in(worker).status_code == 403
+    assert console.sign_in(revoked).status_code == 401
+    with captured_log(logging.WARNING) as log:
+        assert console.sign_in("wv_" + "y" * 43).status_code == 401
+    refused = flow.rows(
+        "SELECT actor, credential_id, details FROM audit_records WHERE action = 'console.sign_in_refused' ORDER BY id"
+    )
+    assert [(r["actor"], json.loads(r["details"])["reason"]) for r in refused] == [
+        ("worker-1", "the credential lacks the scope workflows:read"),
+        ("ops-bob", "the token is unknown, revoked or expired"),
+    ]
+    assert all(json.loads(r["details"])["address"] == "127.0.0.1" for r in refused)
+    assert "console sign-in refused" in log.getvalue() and "127.0.0.1" in log.getvalue()
+    assert "y" * 43 not in log.getvalue()  # a token, even a wrong one, is never logged
+
+
+class Visible(HTMLParser):
+    """What a browser takes from a page: its text and its attribute values."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.found += [value for _, value in attrs if value]
+
+    def handle_data(self, data):
+        self.found.append(data)
+
+
+def test_bidi_overrides_nul_and_esc_are_shown_escaped_as_the_logs_show_them(console, operator, flow):
+    flow.publish(signal_flow_definition())
+    flow.start("order-1", input={"order_id": "o-1"})
+    flow.scan()
+    flow.finish_task({"reservation_id": "r-1"})
+    hidden = "pay\u202eexe.txt\x00\x1b[2J\u200b"
+    body = payment(correlation_key="o-1" + hidden, payload={"amount": 1, "note": hidden}, reason="r " + hidden)
+    assert flow.send("order-1", "k1", body).status_code == 201
+    console.sign_in(operator)
+    page = console.get(PAGE)
+    parser = Visible()
+    parser.feed(page.text)
+    shown = "".join(parser.found)
+    assert not [char for char in shown if logs.is_unsafe(char) and char not in "\n\t"]
+    assert "r pay\\u202eexe.txt\\x00\\x1b[2J\\u200b" in shown  # the reason, as a log line shows it
+    assert "o-1pay\\u202eexe.txt\\x00\\x1b[2J\\u200b" in shown  # the correlation key
+    assert '"pay\\u202eexe.txt\\u0000\\u001b[2J\\u200b"' in shown  # in the payload: JSON's own escapes
+
+
+def test_the_lists_filters_and_the_pages_cursors_refuse_a_parameter_given_twice(console, operator, in_review):
+    console.sign_in(operator)
+    for path in (
+        "/console/ns/acme/workflows?status=RUNNING&status=NEEDS_REVIEW",
+        "/console/ns/acme/workflows?definition=flow&definition=other",
+        "/console/ns/acme/workflows?stauts=NEEDS_REVIEW",
+        f"{PAGE}?signals_after=1&signals_after=2",
+        f"{PAGE}?rows=5",
+    ):
+        refused = console.get(path)
+        assert refused.status_code == 422, path
+        assert "given more than once" in refused.text or "unknown query parameter" in refused.text
+    assert console.get("/console/ns/acme/workflows?status=NEEDS_REVIEW").status_code == 200

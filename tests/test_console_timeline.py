@@ -46,11 +46,11 @@ def signal(id_, key, accepted, status="REJECTED", disposition="LATE", sequence=1
     }
 
 
-def round_(id_, activation_id, available, completed, status="SUCCEEDED", result='{"state":"PENDING"}'):
+def round_(id_, activation_id, number, available, completed, status="SUCCEEDED", result='{"state":"PENDING"}'):
     return {
         "id": id_,
         "activation_id": activation_id,
-        "kind": "QUERY",
+        "round": number,
         "status": status,
         "available_at": at(available),
         "completed_at": None if completed is None else at(completed),
@@ -89,7 +89,7 @@ def test_query_rounds_are_bars_under_their_poll_step_and_a_poll_lane_is_taller()
         instance("SUCCEEDED", 60),
         [activation(1, "payment", 1, "SUCCEEDED", 0, 5), activation(2, "track", 1, "SUCCEEDED", 5, 60)],
         [],
-        [round_(10, 2, 5, 10), round_(11, 2, 15, 60, result='{"state":"FINAL","result":{"ok":true}}')],
+        [round_(10, 2, 1, 5, 10), round_(11, 2, 2, 15, 60, result='{"state":"FINAL","result":{"ok":true}}')],
         [],
         at(3600),  # long after the end: an ended workflow's axis stops at its end
     )

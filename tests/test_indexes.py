@@ -486,9 +486,20 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "signals.SELECT_SIGNAL_PAGE": (signals.SELECT_SIGNAL_PAGE, (instance, 0, 100)),
         "signals.SELECT_SIGNAL_PAGE_BY_STATUS": (signals.SELECT_SIGNAL_PAGE_BY_STATUS, (instance, "PENDING", 0, 100)),
         "events.SELECT_EVENTS_PAGE": (events.SELECT_EVENTS_PAGE, (instance, 0, 100)),
-        "timeline.SELECT_ACTIVATIONS": (timeline.SELECT_ACTIVATIONS, (instance,)),
+        # the console's workflow page: one page of each list, values by their heads (issue 26, item 1)
+        "timeline.SELECT_INSTANCE": (timeline.SELECT_INSTANCE, (ids["namespace"], ids["workflow"])),
+        "timeline.SELECT_ACTIVATIONS": (timeline.SELECT_ACTIVATIONS, (4096, instance)),
         "timeline.SELECT_WAITS": (timeline.SELECT_WAITS, (instance,)),
-        "timeline.SELECT_TASKS": (timeline.SELECT_TASKS, ((activation, activation + 1),)),
+        "timeline.SELECT_NEWEST_TASKS": (timeline.SELECT_NEWEST_TASKS, ((activation, activation + 1),)),
+        "timeline.SIGNAL_IDS_AFTER": (timeline.SIGNAL_IDS_AFTER, (instance, 0, 26)),
+        "timeline.SIGNAL_IDS_BEFORE": (timeline.SIGNAL_IDS_BEFORE, (instance, signal + 5, 26)),
+        "timeline.SELECT_SIGNALS": (timeline.SELECT_SIGNALS, (4096, (signal, signal + 1))),
+        "timeline.ROUND_IDS_AFTER": (timeline.ROUND_IDS_AFTER, ((activation, activation + 1), 0, 26)),
+        "timeline.ROUND_IDS_BEFORE": (timeline.ROUND_IDS_BEFORE, ((activation, activation + 1), task + 5, 26)),
+        "timeline.SELECT_ROUNDS": (timeline.SELECT_ROUNDS, (4096, 4096, (task, task + 1))),
+        "timeline.COUNT_ROUNDS_BEFORE": (timeline.COUNT_ROUNDS_BEFORE, ((activation, activation + 1), task + 5)),
+        "timeline.EVENTS_AFTER": (timeline.EVENTS_AFTER, (512, instance, 0, 51)),
+        "timeline.EVENTS_BEFORE": (timeline.EVENTS_BEFORE, (512, instance, 5, 51)),
         # the workflow list's grants check (its pages: test_workflow_list_queries_use_their_indexes)
         "definitions.SELECT_QUEUE_NAMES": (definitions.SELECT_QUEUE_NAMES, (ids["namespace"],)),
         "definitions.SELECT_VERSIONS_OF_NAME": (definitions.SELECT_VERSIONS_OF_NAME, (ids["namespace"], "pay")),
@@ -498,6 +509,10 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "sessions.LOCK_SESSION": (sessions.LOCK_SESSION, ((5).to_bytes(32, "big"),)),
         "sessions.DELETE_SESSION": (sessions.DELETE_SESSION, (1,)),
         "sessions.DELETE_EXPIRED": (sessions.DELETE_EXPIRED, (now, 100)),
+        # console sign-in: a credential's sessions beyond its cap, a refused token's credential
+        "sessions.SELECT_BEYOND_CAP": (sessions.SELECT_BEYOND_CAP, (1, 5, 100)),
+        "sessions.DELETE_SESSIONS": (sessions.DELETE_SESSIONS, ((1, 2),)),
+        "tenancy.SELECT_CREDENTIAL_OF_TOKEN": (tenancy.SELECT_CREDENTIAL_OF_TOKEN, (ids["token"],)),
     }
     # Each scanner source's backoff after a failed try (K2): its lock and its record.
     for name, module in (("checkpoints", checkpoints), ("inbox", inbox), ("signals", signals)):
@@ -536,7 +551,20 @@ EXPECTED_KEYS = {
     "tenancy.SELECT_CURRENT_CREDENTIAL": ("c", "uq_credentials_token"),
     "signals.SELECT_TARGET_INSTANCE_AND_KEY": ("s", "uq_signals_idempotency"),
     "audit.SELECT_ACCEPTANCE_DIGEST": ("audit_records", "ix_audit_signal"),
+    "sessions.SELECT_BEYOND_CAP": ("console_sessions", "ix_console_sessions_credential"),
+    "tenancy.SELECT_CREDENTIAL_OF_TOKEN": ("credentials", "uq_credentials_token"),
+    "timeline.SIGNAL_IDS_AFTER": ("s", "uq_signals_idempotency"),
+    "timeline.SIGNAL_IDS_BEFORE": ("s", "uq_signals_idempotency"),
+    "timeline.SELECT_SIGNALS": ("s", "PRIMARY"),
+    "timeline.ROUND_IDS_AFTER": ("tasks", "ix_tasks_activation"),
+    "timeline.ROUND_IDS_BEFORE": ("tasks", "ix_tasks_activation"),
+    "timeline.EVENTS_AFTER": ("events", "uq_events_instance_seq"),
+    "timeline.EVENTS_BEFORE": ("events", "uq_events_instance_seq"),
 }
+# The console's pages find their rows' keys from an index alone, which a sort may then order
+# without carrying a row, let alone a value (the rows follow by primary key).
+INDEX_ONLY = ("timeline.SIGNAL_IDS_AFTER", "timeline.SIGNAL_IDS_BEFORE", "timeline.ROUND_IDS_AFTER")
+INDEX_ONLY += ("timeline.ROUND_IDS_BEFORE", "timeline.COUNT_ROUNDS_BEFORE")
 # One row per namespace by design (the metrics' review gauge): each reads its count from an index.
 WHOLE_BY_DESIGN = {("instances.NEEDS_REVIEW_BY_NAMESPACE", "n")}
 
@@ -598,3 +626,5 @@ def test_every_hot_path_statement_reads_through_an_index(crowded, database):
     assert {name: rows for name, rows in scans.items() if rows} == {}
     for name, (table, key) in EXPECTED_KEYS.items():
         assert (table, key) in keys_used(plans[name]), (name, plans[name])
+    for name in INDEX_ONLY:
+        assert all("Using index" in (row["Extra"] or "") for row in plans[name]), (name, plans[name])

@@ -70,22 +70,3 @@ def test_non_ascii_is_written_as_utf8_and_pairs_survive():
 
 def test_raw_text_is_embedded_as_is():
     assert jsontext.compact({"a": jsontext.Raw('{"z":1.50}')}) == '{"a":{"z":1.50}}'
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        '{"amount":129.90,"currency":"EUR"}',
-        '{"a":[1,2.50,{},[]],"b":"x,\\"{y}\\\\","c":{"d":[],"e":null,"f":true},"g":"é:[,]"}',
-        "[]",
-        '"just a string, with: {brackets}"',
-        "123456789012345678901234567890.000",
-    ],
-)
-def test_indented_only_adds_white_space_outside_strings(text):
-    shown = jsontext.indented(text)
-    assert jsontext.compact(jsontext.loads(shown)) == text  # nothing but layout changed
-
-
-def test_indented_lays_out_one_member_per_line():
-    assert jsontext.indented('{"a":1,"b":[true,{}]}') == '{\n  "a": 1,\n  "b": [\n    true,\n    {}\n  ]\n}'

@@ -42,11 +42,17 @@ _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _SHORT = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
+def is_unsafe(char: str) -> bool:
+    """Whether `char` could break or disguise text: a control, format, line or paragraph separator,
+    surrogate, private-use or unassigned character (what `escape` escapes, the backslash aside)."""
+    return unicodedata.category(char) in _UNSAFE_CATEGORIES
+
+
 def _escape_one(match: re.Match) -> str:
     char = match.group()
     if char in _SHORT:
         return _SHORT[char]
-    if unicodedata.category(char) not in _UNSAFE_CATEGORIES:
+    if not is_unsafe(char):
         return char  # a letter, a digit, a mark, a symbol or a space of any script
     code = ord(char)
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

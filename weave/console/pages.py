@@ -8,7 +8,11 @@ JavaScript and a value that gets past escaping still cannot run.
   session id in an `HttpOnly`, `SameSite=Strict` cookie (`Secure` over HTTPS), and the database
   only its hash (`sql.sessions`). Every page finds the credential again through the session and
   checks it as an API request checks its token, so a revoked credential's session is refused on
-  the next page.
+  the next page. Signing in again ends the browser's earlier session; a credential holds a few
+  sessions at most (`sql.sessions`); sign-in attempts are rate-limited by client address and by
+  credential (`weave.console.limits`, 429 with `Retry-After`), and refused ones are audited.
+- **Text** a client sent is shown with the logs' escapes (`_visible`), stored values within a
+  budget (`weave.console.values`); a workflow's page holds one page of each of its lists.
 - **Authorization.** Each responder declares its operation like the API's (`@page` marks an
   `Operation` with `session=True`), and the checks are the API's own: `check_path_ids`, then
   `weave.http.authorize` (namespace: not found, scope: 403, a disabled application reads only),
@@ -26,6 +30,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import logging
+import math
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -35,9 +41,10 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 import falcon
 import jinja2
+from markupsafe import Markup, escape
 
-from weave import auth, jsontext, schemas
-from weave.console import timeline, words
+from weave import auth, jsontext, logs, schemas
+from weave.console import limits, timeline, values, words
 from weave.errors import Code, WeaveError
 from weave.http import (
     Operation,
@@ -45,7 +52,9 @@ from weave.http import (
     authorize,
     bounded_value_text,
     check_path_ids,
+    check_query_names,
     operation,
+    query_int,
     query_text,
     read_body,
 )
@@ -54,6 +63,8 @@ from weave.rules import review as review_rules
 from weave.rules import signals as signal_rules
 from weave.sql import engine, instances, sessions, tenancy
 from weave.sql import timeline as records
+
+log = logging.getLogger(__name__)
 
 ROOT = "/console"
 SESSION_COOKIE = "weave_console"
@@ -73,10 +84,20 @@ SECURITY_HEADERS = {
 FORM = "application/x-www-form-urlencoded"
 FORM_FIELDS_MAX = 16
 LIST_PAGE = 50
+# One page of each list on a workflow's page (issue 26, item 1): with values.PAGE_BYTES they bound it.
+SIGNALS_PAGE = 25
+ROUNDS_PAGE = 25
+EVENTS_PAGE = 50
+PAGED = {"signals": SIGNALS_PAGE, "rounds": ROUNDS_PAGE, "events": EVENTS_PAGE}
+CURSOR_MAX = 2**64 - 1
 TOKEN_MAX = 200  # longer than any token Weave makes
 WATCH_SECONDS = 2
-# Where sign-in may send the browser back to: a console path only, never another origin.
-NEXT = re.compile(r"(?!.*/\.\.?(/|$))/console/ns/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+(/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+)*")
+# Where sign-in may send the browser back to: a console path only, never another origin, and no
+# dot segment, written (`..`) or percent-encoded (`%2e%2e`, `.%2E`: browsers resolve those too;
+# Weave's own paths never encode a dot).
+NEXT = re.compile(
+    r"(?!.*/\.\.?(/|$))(?!.*%2[eE])/console/ns/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+(/[A-Za-z0-9_.~%!$&'()*+,;=:@-]+)*"
+)
 DONE = {
     "pause": "Paused.",
     "resume": "Resumed.",
@@ -86,15 +107,35 @@ DONE = {
     "fail": "The workflow was failed.",
 }
 
+
+def _visible(value):
+    """What a template writes of a value, before Jinja escapes it for HTML: text with the logs'
+    escapes (`weave.logs.escape`: a control, format or separator character such as NUL, ESC or a
+    bidirectional override becomes `\\x00`, `\\u202e`, and a backslash `\\\\`), so that a value
+    cannot hide or reorder what the page shows (issue 26, item 10). Markup (a macro's output, a
+    value laid out by `weave.console.values`, which escapes in JSON's notation) is left as it is."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return logs.escape(value)
+    return value
+
+
+def _as_typed(value: str) -> Markup:
+    """A form field's value written back into the form after a refusal: exactly what was typed (its
+    own sender's text, in this very answer), HTML-escaped only, so that sending it again sends the same."""
+    return escape(value)
+
+
 _templates = jinja2.Environment(
     loader=jinja2.PackageLoader("weave.console", "templates"),
     autoescape=True,  # every template is HTML
+    finalize=_visible,
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
 )
 _templates.filters["time"] = timeline.stamp
-_templates.filters["indented"] = jsontext.indented
+_templates.filters["count"] = "{:,}".format
+_templates.filters["as_typed"] = _as_typed
 _templates.filters["segment"] = lambda value: quote(value, safe="")  # a workflow id in a path
 _STYLESHEET = resources.files("weave.console").joinpath("static/console.css").read_bytes()
 
@@ -130,6 +171,11 @@ def _render(resp: falcon.Response, template: str, http_status: int = 200, **cont
     resp.status = http_status
     resp.content_type = falcon.MEDIA_HTML
     resp.text = _templates.get_template(template).render(**context)
+
+
+def _problem_page(resp: falcon.Response, exc: WeaveError, visit: Visit | None = None) -> None:
+    resp.set_headers(exc.headers)
+    _render(resp, "error.html", exc.code.status, visit=visit, problem=exc, root=ROOT)
 
 
 def _redirect(resp: falcon.Response, location: str) -> None:
@@ -186,12 +232,14 @@ class Console(Resource):
         return None if principal is None else (session_id, principal)
 
 
-def page(summary: str, *scopes: str) -> Callable:
-    """Mark a console responder with its operation and run the API's checks before it.
+def page(summary: str, *scopes: str, query: tuple[tuple[str, str], ...] = ()) -> Callable:
+    """Mark a console responder with its operation and run the API's checks before it, the query's
+    too (`query`: the parameters it takes): one it does not take, or one given twice, is refused
+    with 422 as by the API (issue 26, item 10).
 
     A request without a live session is sent to sign in (303). A refusal is a page saying why,
     with the problem's status."""
-    meta = Operation(summary, scopes=scopes, not_found=Code.WORKFLOW_NOT_FOUND, session=True)
+    meta = Operation(summary, scopes=scopes, not_found=Code.WORKFLOW_NOT_FOUND, session=True, query=query)
 
     def mark(responder: Callable) -> Callable:
         @functools.wraps(responder)
@@ -210,9 +258,10 @@ def page(summary: str, *scopes: str) -> Callable:
                     visit = Visit(principal, visit.csrf, read_form(req, self.body_limit))
                     _require_csrf(visit.form.get("csrf"), visit.csrf)
                 authorize(principal, meta, params, req.method)
+                check_query_names(req, meta)
                 responder(self, req, resp, visit, **params)
             except WeaveError as exc:
-                _render(resp, "error.html", exc.code.status, visit=visit, problem=exc, root=ROOT)
+                _problem_page(resp, exc, visit)
 
         run.operation = meta
         return run
@@ -242,28 +291,58 @@ class SignInForm(Console):
         _sign_in_form(req, resp, 200, next_page=next_page)
 
 
+def _too_many(wait: float, detail: str) -> WeaveError:
+    seconds = max(1, math.ceil(wait))
+    return WeaveError(
+        Code.QUOTA_EXCEEDED, f"{detail}: try again in {seconds} s.", headers={"Retry-After": str(seconds)}
+    )
+
+
 class SignIn(Console):
+    def __init__(self, database, body_limit: int, sign_in_limits: limits.SignInLimits):
+        super().__init__(database, body_limit)
+        self.limits = sign_in_limits
+
     @operation("Sign in to the review console with a token (HTML form)", public=True)
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.set_headers(SECURITY_HEADERS)
+        address = req.remote_addr or "?"
         try:
+            # Every attempt counts against its address, before anything is read (issue 26, item 10).
+            wait = self.limits.address.take(address)
+            if wait:
+                raise _too_many(wait, "Too many sign-in attempts from this address")
             form = read_form(req, self.body_limit)
             _require_csrf(form.get("csrf"), _cookie(req, SIGN_IN_COOKIE))
         except WeaveError as exc:
-            return _render(resp, "error.html", exc.code.status, visit=None, problem=exc, root=ROOT)
+            return _problem_page(resp, exc)
         token = form.get("token", "").strip()
         next_page = form.get("next", "")
-        principal = tenancy.authenticate(self.database, auth.token_hash(token)) if 0 < len(token) <= TOKEN_MAX else None
+        token_sha256 = auth.token_hash(token) if 0 < len(token) <= TOKEN_MAX else None
+        principal = tenancy.authenticate(self.database, token_sha256) if token_sha256 else None
         if principal is None:
+            self.refused(token_sha256, "the token is unknown, revoked or expired", address)
             challenge = {"WWW-Authenticate": 'Bearer realm="weave"'}
             return _sign_in_form(req, resp, 401, "The token is unknown, revoked or expired.", next_page, **challenge)
+        wait = self.limits.credential.take(principal.credential_id)
+        if wait:
+            self.refused(token_sha256, "too many sign-ins of this credential", address)
+            return _problem_page(resp, _too_many(wait, "Too many sign-ins of this credential"))
         if "workflows:read" not in principal.scopes:
+            self.refused(token_sha256, "the credential lacks the scope workflows:read", address)
             return _sign_in_form(req, resp, 403, "This credential lacks the scope workflows:read.", next_page)
         session_id = secrets.token_urlsafe(32)
-        sessions.start(self.database, principal, _digest(session_id))
+        earlier = _cookie(req, SESSION_COOKIE)  # this browser's session so far, if any: it ends
+        replaced = _digest(earlier) if earlier is not None and SESSION_ID.fullmatch(earlier) else None
+        sessions.start(self.database, principal, _digest(session_id), replaced, address)
         _set_cookie(req, resp, SESSION_COOKIE, session_id, int(sessions.LIFETIME.total_seconds()))
         resp.unset_cookie(SIGN_IN_COOKIE, path=ROOT, same_site="Strict")
         _redirect(resp, next_page if NEXT.fullmatch(next_page) else _list_url(principal.namespace))
+
+    def refused(self, token_sha256: bytes | None, reason: str, address: str) -> None:
+        """A refused sign-in: audited where its token names a credential, logged in any case (never the token)."""
+        audited = token_sha256 is not None and sessions.refuse(self.database, token_sha256, reason, address)
+        log.warning("console sign-in refused from %s: %s%s", address, reason, "" if audited else " (no credential)")
 
 
 class SignOut(Console):
@@ -275,7 +354,7 @@ class SignOut(Console):
             try:
                 _require_csrf(read_form(req, self.body_limit).get("csrf"), _csrf_token(session_id))
             except WeaveError as exc:
-                return _render(resp, "error.html", exc.code.status, visit=None, problem=exc, root=ROOT)
+                return _problem_page(resp, exc)
             sessions.end(self.database, _digest(session_id))
         resp.unset_cookie(SESSION_COOKIE, path=ROOT, same_site="Strict")
         _redirect(resp, ROOT)
@@ -293,8 +372,15 @@ class Stylesheet:
 # ---- pages ------------------------------------------------------------------------------------------
 
 
+LIST_QUERY = (
+    ("status", "one of the instance statuses"),
+    ("definition", "a definition name"),
+    ("after", "the cursor of the previous page"),
+)
+
+
 class WorkflowList(Console):
-    @page("The review console's workflow list (HTML)", "workflows:read")
+    @page("The review console's workflow list (HTML)", "workflows:read", query=LIST_QUERY)
     def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str) -> None:
         principal = visit.principal
         problem = None
@@ -345,9 +431,21 @@ class Refusal:
     values: dict[str, str]
 
 
+PAGE_QUERY = (
+    ("done", "the action just done, for its notice"),
+    ("watch", "1: reload every 2 s until the workflow ends"),
+    *[(f"{name}_{side}", f"the {name} page {side} this key") for name in PAGED for side in ("after", "before")],
+)
+
+
 class WorkflowPage(Console):
-    @page("The review console's page of one workflow (HTML)", "workflows:read")
+    @page("The review console's page of one workflow (HTML)", "workflows:read", query=PAGE_QUERY)
     def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str, workflow_id: str):
+        cursors = {
+            f"{name}_{side}": query_int(req, f"{name}_{side}", 0, 0, CURSOR_MAX)
+            for name in PAGED
+            for side in ("after", "before")
+        }
         show_workflow(
             self.database,
             resp,
@@ -356,7 +454,28 @@ class WorkflowPage(Console):
             workflow_id,
             done=req.get_param("done") or "",
             watch=req.get_param("watch") == "1",
+            cursors=cursors,
         )
+
+
+@dataclass(frozen=True)
+class Value:
+    """A stored value as the page shows it, and the API call that answers it exactly."""
+
+    shown: values.Shown
+    exact: str
+
+
+def _pager(url: Callable, cursors: dict[str, int], name: str, part: records.Page, key: str) -> dict[str, str | None]:
+    """The links to the pages before and after `part` of the list `name` (None where there is none),
+    the other lists kept where they are."""
+    kept = {k: v for k, v in cursors.items() if not k.startswith(f"{name}_")}
+    # An empty page after a cursor (its rows went, or the cursor was typed) links back to what precedes it.
+    first = part.rows[0][key] if part.rows else cursors.get(f"{name}_after", 0) + 1
+    return {
+        "earlier": url(**kept, **{f"{name}_before": first}) + f"#{name}" if part.earlier else None,
+        "later": url(**kept, **{f"{name}_after": part.rows[-1][key]}) + f"#{name}" if part.later else None,
+    }
 
 
 def show_workflow(
@@ -369,16 +488,72 @@ def show_workflow(
     refusal: Refusal | None = None,
     done: str = "",
     watch: bool = False,
+    cursors: dict[str, int] | None = None,
 ) -> None:
-    record = records.read_record(database, visit.principal, workflow_id)
-    facts = record.facts
-    instance = facts.instance
-    steps = facts.document["steps"]
-    under_review = next((key for key, a in facts.activations.items() if a["status"] == "NEEDS_REVIEW"), None)
+    cursors = {k: v for k, v in (cursors or {}).items() if v}
+    windows = {
+        name: records.Window(size, cursors.get(f"{name}_after", 0), cursors.get(f"{name}_before"))
+        for name, size in PAGED.items()
+    }
+    record = records.read_record(
+        database,
+        visit.principal,
+        workflow_id,
+        windows["signals"],
+        windows["rounds"],
+        windows["events"],
+        values.VALUE_BYTES,
+        values.DATA_BYTES,
+    )
+    instance = record.instance
+    steps = record.document["steps"]
+    api = f"/v1/namespaces/{namespace}/workflows/{quote(workflow_id, safe='')}"
+    budget = values.Budget(values.PAGE_BYTES)  # spent in the order the page shows the values
+    results = {
+        step["key"]: Value(
+            budget.show(record.latest[step["key"]]["result"], record.latest[step["key"]]["result_bytes"]),
+            f"GET {api} (its /steps/{index}/result)",
+        )
+        for index, step in enumerate(steps)
+        if step["key"] in record.latest
+    }
     signals = [
-        {**row, "kind": words.signal_outcome(row)[0], "words": words.signal_outcome(row)[1]} for row in record.signals
+        {
+            **row,
+            "kind": words.signal_outcome(row)[0],
+            "words": words.signal_outcome(row)[1],
+            "value": Value(
+                # A signal stored before signal identity holds its text as it came: shown on one line.
+                budget.show(row["payload"], row["payload_bytes"], laid_out=row["request_digest"] is not None),
+                f"GET {api}/signals/{row['id']}",
+            ),
+        }
+        for row in record.signals.rows
+    ]
+    rounds = []
+    for row in record.rounds.rows:
+        report, size = (
+            (row["result"], row["result_bytes"]) if row["result"] is not None else (row["error"], row["error_bytes"])
+        )
+        final = row["status"] not in ("QUEUED", "RUNNING")
+        exact = (
+            f"GET {api}/events (the QUERY_RESULT_RECORDED event of task {row['id']})"
+            if final
+            else "none yet: the API serves a round's report once it is final (QUERY_RESULT_RECORDED)"
+        )
+        rounds.append({**row, "value": Value(budget.show(report, size), exact)})
+    history = [
+        {
+            **row,
+            "value": Value(
+                budget.show(row["data"], row["data_bytes"], values.DATA_BYTES, laid_out=False),
+                f"GET {api}/events?after={row['seq'] - 1}&limit=1",
+            ),
+        }
+        for row in record.history.rows
     ]
     ended = instance["status"] in timeline.TERMINAL
+    url = functools.partial(_workflow_url, namespace, workflow_id)
     _render(
         resp,
         "workflow.html",
@@ -388,28 +563,41 @@ def show_workflow(
         namespace=namespace,
         instance=instance,
         steps=steps,
-        latest=facts.activations,
-        waits_by_activation=facts.waits,
-        tasks_by_activation=facts.tasks,
-        under_review=under_review,
+        latest=record.latest,
+        results=results,
+        waits_by_activation=record.waits,
+        tasks_by_activation=record.tasks,
+        under_review=next((key for key, a in record.latest.items() if a["status"] == "NEEDS_REVIEW"), None),
         review_reason=words.review_reason(instance["review_reason"]),
         step_reason=words.review_reason,
         drawing=timeline.draw(
-            steps, instance, record.activations, record.waits, record.tasks, record.signals, record.now
+            steps,
+            instance,
+            record.activations,
+            list(record.waits.values()),
+            record.rounds.rows,
+            record.signals.rows,
+            record.now,
         ),
         mark_kinds=words.MARK_KINDS,
         signals=signals,
-        rounds=[t for t in record.tasks if t["kind"] == "QUERY"],
+        signals_stored=instance["signals_stored"],
+        signals_pager=_pager(url, cursors, "signals", record.signals, "id"),
+        rounds=rounds,
+        has_rounds=bool(rounds) or record.rounds.earlier,
+        rounds_pager=_pager(url, cursors, "rounds", record.rounds, "id"),
         activation_of={a["id"]: a for a in record.activations},
-        history=record.history,
-        more_history=record.more_history,
+        history=history,
+        history_pager=_pager(url, cursors, "events", record.history, "seq"),
+        page_sizes=PAGED,
         refusal=refusal,
         done=DONE.get(done, ""),
         watch=watch and not ended,
         watch_seconds=WATCH_SECONDS,
         ended=ended,
-        url=_workflow_url(namespace, workflow_id),
-        watch_url=_workflow_url(namespace, workflow_id, watch="1"),
+        url=url(),
+        here=url(**cursors),
+        watch_url=url(**cursors, watch="1"),
         can_control="workflows:control" in visit.principal.scopes,
         can_review="workflows:review" in visit.principal.scopes,
         read_only=visit.principal.application_status != "ACTIVE",
@@ -514,7 +702,7 @@ def routes(database, config) -> list[tuple[str, object]]:
     ns = f"{ROOT}/ns/{{namespace}}"
     return [
         (ROOT, SignInForm(database, limit)),
-        (f"{ROOT}/sign-in", SignIn(database, limit)),
+        (f"{ROOT}/sign-in", SignIn(database, limit, limits.SignInLimits())),
         (f"{ROOT}/sign-out", SignOut(database, limit)),
         (f"{ROOT}/style.css", Stylesheet()),
         (f"{ns}/workflows", WorkflowList(database, limit)),

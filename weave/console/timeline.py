@@ -5,6 +5,9 @@ activation a bar from its activation to its settling (or now); each wait's deadl
 its lane; each signal a mark on its target step's lane at its acceptance time, classed by its
 disposition; each query round of a POLL step a thin bar under the step's bars from the time it
 could be claimed to its report. Everything carries a `title` (the SVG tooltip) in words.
+
+The signals and rounds drawn are those the page lists (one page of each): the drawing is as
+bounded as the page.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from weave.console.values import clip
 from weave.console.words import signal_outcome
 
 WIDTH = 960
@@ -24,6 +28,7 @@ MIN_BAR = 3  # a bar of an instant stays visible
 NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 MAX_TICKS = 8
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+REPORT_IN_TITLE = 120  # characters of a round's report in its tooltip
 
 
 @dataclass(frozen=True)
@@ -96,9 +101,9 @@ def stamp(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S") + (f".{moment.microsecond:06d}" if moment.microsecond else "") + "Z"
 
 
-def draw(steps: list[dict], instance: dict, activations, waits, tasks, signals, now: datetime) -> Drawing:
+def draw(steps: list[dict], instance: dict, activations, waits, rounds, signals, now: datetime) -> Drawing:
     """The timeline of one instance. `steps` is the pinned definition's list; the rest are rows as
-    `sql.timeline.read_record` reads them."""
+    `sql.timeline.read_record` reads them (`rounds`: query rounds, each with its `round` number)."""
     ended = instance["status"] in TERMINAL
     end_of_activity = instance["updated_at"] if ended else now
     moments = [instance["created_at"], end_of_activity]
@@ -106,7 +111,7 @@ def draw(steps: list[dict], instance: dict, activations, waits, tasks, signals, 
     # A deadline still ahead is worth the room; one that stopped counting is drawn only if it fits.
     moments += [w["deadline_at"] for w in waits if w["deadline_at"] and w["status"] == "WAITING"]
     moments += [s["accepted_at"] for s in signals]
-    moments += [t["completed_at"] or t["available_at"] for t in tasks]
+    moments += [t["completed_at"] or t["available_at"] for t in rounds]
     start = instance["created_at"]
     span = max((max(moments) - start).total_seconds(), 1.0) * 1.04  # room for the last mark
     axis_end = start + timedelta(seconds=span)
@@ -161,12 +166,11 @@ def draw(steps: list[dict], instance: dict, activations, waits, tasks, signals, 
                 f"(wait {w['status']})",
             )
         )
-    rounds: dict[int, int] = {}
-    for t in tasks:
+    for t in rounds:
         activation = activation_by_id.get(t["activation_id"])
-        if t["kind"] != "QUERY" or activation is None:
+        if activation is None:
             continue
-        rounds[t["activation_id"]] = number = rounds.get(t["activation_id"], 0) + 1
+        number = t["round"]
         lane = lane_of[activation["step_key"]]
         left = x(t["available_at"])
         right = x(t["completed_at"] or end_of_activity)
@@ -180,7 +184,7 @@ def draw(steps: list[dict], instance: dict, activations, waits, tasks, signals, 
                 "round-" + t["status"].lower(),
                 f"R{number}",
                 f"query round {number} of #{activation['activation_sequence']} (task {t['id']}): {t['status']}"
-                + (f" {report}" if report is not None else "")
+                + (f" {clip(report, REPORT_IN_TITLE)}" if report is not None else "")
                 + f", claimable {stamp(t['available_at'])}, reported {stamp(t['completed_at'])}",
             )
         )
