@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import falcon
 
-from weave import jsontext, metrics
+from weave import metrics
 from weave.errors import Code, WeaveError
 from weave.http import Resource, bounded_value_text, operation, read_json, send_json
 from weave.rules import long_poll
@@ -211,7 +211,8 @@ class TaskComplete(Resource):
         completion = tasks.Completion(
             outcome=body["outcome"],
             result_text=bounded_value_text(body["result"], "/result") if "result" in body else None,
-            error_text=jsontext.compact(error) if error is not None else None,
+            # The same limit as a result's: the error is stored, read back and shown in the history.
+            error_text=bounded_value_text(error, "/error") if error is not None else None,
             retryable=bool(error and error["retryable"]),
         )
         done = _counting_lost_leases(
