@@ -7,7 +7,7 @@ In place, re-runnable (`weave.migration_steps`); the rollback drops the index.
 
 from weave.migration_steps import change_indexes
 
-__depends__ = {"0012.facts_times"}
+__depends__ = {"0013.definition_queues"}
 
 ADDED = {
     "console_sessions": [

@@ -13,6 +13,7 @@ from datetime import datetime
 from weave import jsontext
 from weave.db import Tx, read_only, unit_of_work
 from weave.errors import Code, WeaveError
+from weave.rules import definitions as definition_rules
 from weave.sql import audit
 
 
@@ -37,8 +38,8 @@ WHERE namespace_id = %s AND name = %s AND version = %s
 """
 SELECT_QUEUE_NAMES = "SELECT name FROM queues WHERE namespace_id = %s"
 INSERT_DEFINITION = """
-INSERT INTO definitions (namespace_id, name, version, digest, document, created_at)
-VALUES (%s, %s, %s, %s, %s, %s)
+INSERT INTO definitions (namespace_id, name, version, digest, document, queues, created_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
 """
 
 
@@ -69,7 +70,8 @@ def publish_definition(
     version = latest.version + 1 if latest else 1
     text = jsontext.compact(document)
     now = tx.now()
-    definition_id = tx.insert(INSERT_DEFINITION, (namespace_id, document["name"], version, digest, text, now))
+    used = " ".join(definition_rules.queues_used(document))  # read back by `queues`
+    definition_id = tx.insert(INSERT_DEFINITION, (namespace_id, document["name"], version, digest, text, used, now))
     audit.record(
         tx,
         namespace_id,
@@ -92,16 +94,22 @@ def read_definition(tx: Tx, namespace_id: int, name: str, version: int) -> Defin
     return pinned(tx, namespace_id, name, version)
 
 
-SELECT_VERSIONS_OF_NAME = "SELECT id, digest FROM definitions WHERE namespace_id = %s AND name = %s"
-SELECT_EVERY_VERSION = "SELECT id, digest FROM definitions WHERE namespace_id = %s"
+SELECT_VERSIONS_OF_NAME = "SELECT id, queues FROM definitions WHERE namespace_id = %s AND name = %s"
+SELECT_EVERY_VERSION = "SELECT id, queues FROM definitions WHERE namespace_id = %s"
 
 
 def versions(tx: Tx, namespace_id: int, name: str | None) -> list[dict]:
-    """`id` and `digest` of every version of definition `name` in the namespace (of every
+    """`id` and `queues` of every version of definition `name` in the namespace (of every
     definition when `name` is None)."""
     if name is None:
         return tx.all(SELECT_EVERY_VERSION, (namespace_id,))
     return tx.all(SELECT_VERSIONS_OF_NAME, (namespace_id, name))
+
+
+def queues(stored: str) -> list[str]:
+    """The queues of a definition as its `queues` column holds them (written at publish from
+    `definition_rules.queues_used`, migration 0013): read without its document."""
+    return stored.split()
 
 
 def queue_names(tx: Tx, namespace_id: int) -> set[str]:

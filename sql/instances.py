@@ -8,11 +8,9 @@ later change of an instance's status is the engine's, through `move`.
 
 from __future__ import annotations
 
-import heapq
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
-from itertools import islice
 from typing import Any, Callable
 
 from weave.auth import Principal
@@ -130,6 +128,9 @@ def list_events(tx: Tx, principal: Principal, workflow_id: str, after: int, limi
 
 # ---- the workflow list (§11): newest first, only what the credential may read ------------------------
 
+LISTED_COLUMNS = """i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version,
+       d.queues AS definition_queues, i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at"""
+
 
 def _list(index: str, where: str) -> str:
     """One page of the list: `index` (migration 0006) read backwards from the cursor. The index is
@@ -137,8 +138,7 @@ def _list(index: str, where: str) -> str:
     optimizer sometimes costs a backward scan of the primary key, filtered, as cheaper when the
     namespace holds most instances; on a namespace holding few, that scan reads the whole table."""
     return f"""
-SELECT i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version, d.digest AS definition_digest,
-       i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at
+SELECT {LISTED_COLUMNS}
 FROM instances i FORCE INDEX ({index}) JOIN definitions d ON d.id = i.definition_id
 WHERE {where} AND i.id < %s ORDER BY i.id DESC LIMIT %s
 """
@@ -146,14 +146,39 @@ WHERE {where} AND i.id < %s ORDER BY i.id DESC LIMIT %s
 
 SELECT_NEWEST = _list("ix_instances_namespace_recent", "i.namespace_id = %s")
 SELECT_NEWEST_BY_STATUS = _list("ix_instances_namespace_status", "i.namespace_id = %s AND i.status = %s")
-SELECT_NEWEST_OF_VERSION = _list("ix_instances_definition_recent", "i.definition_id = %s")
-SELECT_NEWEST_OF_VERSION_BY_STATUS = _list("ix_instances_definition_status", "i.definition_id = %s AND i.status = %s")
 NO_CURSOR = 2**64 - 1  # above every BIGINT UNSIGNED id
 
+# The page of a credential that may read some versions only: one backward range of each readable
+# version's index (ids alone, from the index), at most a page each, merged by the server (the
+# outer sort sees at most versions x page ids, never the namespace), then the page's rows by key.
+RANGE_OF_VERSION = """(SELECT id FROM instances FORCE INDEX (ix_instances_definition_recent)
+ WHERE definition_id = %s AND id < %s ORDER BY id DESC LIMIT %s)"""
+RANGE_OF_VERSION_BY_STATUS = """(SELECT id FROM instances FORCE INDEX (ix_instances_definition_status)
+ WHERE definition_id = %s AND status = %s AND id < %s ORDER BY id DESC LIMIT %s)"""
+SELECT_NEWEST_OF_VERSIONS = f"""
+SELECT {LISTED_COLUMNS}
+FROM (SELECT id FROM ({{ranges}}) ranges ORDER BY id DESC LIMIT %s) page
+JOIN instances i ON i.id = page.id JOIN definitions d ON d.id = i.definition_id
+ORDER BY i.id DESC
+"""
 
-def _may_read(tx: Tx, principal: Principal, definition_id: int, digest: str) -> bool:
-    """Whether `principal` holds a grant for every queue of the definition (S1.1, §11)."""
-    return principal.holds_queues(definition_rules.queues_used(definitions.document(tx, definition_id, digest)))
+
+def newest_of_versions(versions: list[int], status: str | None, before: int, count: int) -> tuple[str, tuple]:
+    """The statement (and its parameters) reading the `count` newest instances below `before` of
+    `versions` (of `status` when given): one statement whatever the number of versions, its text
+    one range per version, every value bound."""
+    if status is None:
+        ranges, params = RANGE_OF_VERSION, [(version, before, count) for version in versions]
+    else:
+        ranges, params = RANGE_OF_VERSION_BY_STATUS, [(version, status, before, count) for version in versions]
+    sql = SELECT_NEWEST_OF_VERSIONS.format(ranges="\nUNION ALL ".join([ranges] * len(versions)))
+    return sql, (*(value for range_params in params for value in range_params), count)
+
+
+def _may_read(principal: Principal, stored_queues: str) -> bool:
+    """Whether `principal` holds a grant for every queue of a definition (S1.1, §11), from the
+    definition's `queues` column: no document is read or parsed."""
+    return principal.holds_queues(definitions.queues(stored_queues))
 
 
 def _versions_to_list(tx: Tx, principal: Principal, name: str | None) -> list[int] | None:
@@ -163,7 +188,7 @@ def _versions_to_list(tx: Tx, principal: Principal, name: str | None) -> list[in
     if name is None and principal.holds_queues(definitions.queue_names(tx, namespace_id)):
         return None  # every definition runs on the namespace's queues, and all of them are granted
     versions = definitions.versions(tx, namespace_id, name)
-    readable = [v["id"] for v in versions if _may_read(tx, principal, v["id"], v["digest"])]
+    readable = [v["id"] for v in versions if _may_read(principal, v["queues"])]
     return None if name is None and len(readable) == len(versions) else readable
 
 
@@ -176,32 +201,22 @@ def list_workflows(
 
     Only instances the credential may read are listed: those whose pinned definition's queues are
     all granted (docs/decisions.md). Such a credential's list is read from the readable versions,
-    one index range per version, merged: never from a scan that skips what it may not see.
+    one index range per version, merged in the same statement: never from a scan that skips what
+    it may not see. At most three statements, however many versions there are (issue 26, item 6).
     """
     before = after or NO_CURSOR
     versions = _versions_to_list(tx, principal, definition)
-    if versions is None:
-        if status is None:
-            rows = tx.all(SELECT_NEWEST, (principal.namespace_id, before, limit + 1))
-        else:
-            rows = tx.all(SELECT_NEWEST_BY_STATUS, (principal.namespace_id, status, before, limit + 1))
+    if versions is not None:
+        rows = tx.all(*newest_of_versions(versions, status, before, limit + 1)) if versions else []
+    elif status is None:
+        rows = tx.all(SELECT_NEWEST, (principal.namespace_id, before, limit + 1))
     else:
-        ranges = [
-            tx.all(SELECT_NEWEST_OF_VERSION, (version, before, limit + 1))
-            if status is None
-            else tx.all(SELECT_NEWEST_OF_VERSION_BY_STATUS, (version, status, before, limit + 1))
-            for version in versions
-        ]
-        rows = list(islice(heapq.merge(*ranges, key=lambda row: row["id"], reverse=True), limit + 1))
+        rows = tx.all(SELECT_NEWEST_BY_STATUS, (principal.namespace_id, status, before, limit + 1))
     page = rows[:limit]
     next_after = page[-1]["id"] if len(rows) > limit else None
     # Checked row by row as well: a definition on a new queue may have been published (and started)
     # since the grants were compared above, and the namespace-wide range would list it.
-    readable: dict[int, bool] = {}
-    for row in page:
-        if row["definition_id"] not in readable:
-            readable[row["definition_id"]] = _may_read(tx, principal, row["definition_id"], row["definition_digest"])
-    return [row for row in page if readable[row["definition_id"]]], next_after
+    return [row for row in page if _may_read(principal, row["definition_queues"])], next_after
 
 
 @unit_of_work(replay_on=("uq_instances_workflow",))

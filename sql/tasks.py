@@ -16,11 +16,11 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from weave import jsontext
+from weave import auth, jsontext
 from weave.db import Tx, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import pulse
-from weave.sql import audit, inbox, instances
+from weave.sql import audit, inbox, instances, tenancy
 
 # ---- creation (called by the workflow side inside its own transaction) ---------------------------
 
@@ -155,14 +155,36 @@ class ClaimedTask:
 
 @unit_of_work
 def claim_task(
-    tx: Tx, namespace_id: int, queue: str, worker_id: str, lease_seconds: int, credential_id: int, actor: str
+    tx: Tx,
+    namespace_id: int,
+    queue: str,
+    worker_id: str,
+    lease_seconds: int,
+    credential_id: int,
+    actor: str,
+    credential_sha256: bytes | None = None,
 ) -> ClaimedTask | None:
     """P2: take a permit and the oldest available QUEUED task of `queue`, or None.
 
     The lease token is chosen once per call: a re-run after a COMMIT whose answer was lost finds
-    the task that the earlier attempt started with it, and answers that claim again."""
+    the task that the earlier attempt started with it, and answers that claim again.
+
+    With `credential_sha256` (a claim that has waited since its request was authenticated), the
+    credential is read again as authentication reads it, after the queue lock and in the same
+    round trip, before any task is taken: revoked or expired is 401, a disabled application's 403,
+    and the unit takes nothing (issue 26, item 7)."""
     token = tx.memo.setdefault("lease_token", secrets.token_hex(16))
-    queue_row = tx.one(LOCK_QUEUE_BY_NAME, (namespace_id, queue))
+    if credential_sha256 is None:
+        queue_row = tx.one(LOCK_QUEUE_BY_NAME, (namespace_id, queue))
+    else:
+        locked, current = tx.all_together(
+            (LOCK_QUEUE_BY_NAME, (namespace_id, queue)), (tenancy.SELECT_CURRENT_CREDENTIAL, (credential_sha256,))
+        )
+        queue_row = locked[0] if locked else None
+        principal = tenancy.principal_of(tx, credential_sha256, current[0] if current else None)
+        if principal is None:
+            raise auth.unauthenticated(auth.NOT_CURRENT)
+        principal.require_writable()
     if queue_row is None:
         raise WeaveError(Code.NOT_FOUND, f"queue {queue!r} does not exist")
     if tx.maybe_committed:

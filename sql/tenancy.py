@@ -233,10 +233,17 @@ def _known_principal(tx: Tx, presented_sha256: bytes, current: dict) -> auth.Pri
 def current_principal(tx: Tx, presented_sha256: bytes) -> auth.Principal | None:
     """The principal of a current credential, or None (unknown, revoked or expired): the check of
     every API request, and of every console page for the credential its session came from."""
-    row = tx.one(SELECT_CURRENT_CREDENTIAL, (presented_sha256,))  # the time comes along: no round trip more
-    if row is None or (row["expires_at"] is not None and row["expires_at"] <= tx.now_read_with(row["now"])):
+    return principal_of(tx, presented_sha256, tx.one(SELECT_CURRENT_CREDENTIAL, (presented_sha256,)))
+
+
+def principal_of(tx: Tx, presented_sha256: bytes, current: dict | None) -> auth.Principal | None:
+    """`current_principal` from the row of SELECT_CURRENT_CREDENTIAL that a unit read itself (None:
+    no such row), in the same round trip as its own statements."""
+    if current is None:
         return None
-    return _known_principal(tx, presented_sha256, row)
+    if current["expires_at"] is not None and current["expires_at"] <= tx.now_read_with(current["now"]):
+        return None  # the time came along with the row: no round trip more
+    return _known_principal(tx, presented_sha256, current)
 
 
 authenticate = read_only(current_principal)

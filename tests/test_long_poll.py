@@ -185,3 +185,149 @@ def test_the_openapi_document_says_when_a_claim_answers_at_once(client):
     assert "204" in claim["post"]["responses"]
     assert "answers 204 at once with a `Retry-After` header" in claim["post"]["description"]
     assert claim["post"]["description"].startswith("Scope: tasks:work, and a grant for the queue {queue}. ")
+
+
+# ---- issue 26, item 7: a waiting claim re-checks its credential; the cap is shared per application ---
+
+
+class Waiting:
+    """Counts the claims that have passed their first attempt and wait (`QueueClaim._wait` entered)."""
+
+    def __init__(self, monkeypatch):
+        import inspect
+
+        from weave.resources.tasks import QueueClaim
+
+        self.entered = 0
+        self.changed = threading.Condition()
+        wait = QueueClaim._wait
+        static = isinstance(inspect.getattr_static(QueueClaim, "_wait"), staticmethod)
+
+        def counting(*args, **kwargs):
+            with self.changed:
+                self.entered += 1
+                self.changed.notify_all()
+            return wait(*args, **kwargs)
+
+        monkeypatch.setattr(QueueClaim, "_wait", staticmethod(counting) if static else counting)
+
+    def until(self, entered: int, or_else=lambda: False) -> None:
+        """Until `entered` claims wait, or `or_else()` (checked every 0.1 s)."""
+        deadline = time.monotonic() + 10
+        with self.changed:
+            while self.entered < entered and not or_else():
+                assert time.monotonic() < deadline, self.entered
+                self.changed.wait(0.1)
+
+
+def claim_in_thread(client, headers: dict, queue: str, wait_seconds: int, answers: dict, name: str):
+    """A claim long-polling in a thread of its own: its answer lands in `answers[name]` as
+    (status, body, Retry-After, seconds taken)."""
+
+    def run():
+        started = time.monotonic()
+        result = client.simulate_post(
+            f"/v1/namespaces/acme/queues/{queue}/claim", headers=headers, json=claim_body(wait_seconds)
+        )
+        body = result.json if result.content else None
+        answers[name] = (result.status_code, body, result.headers.get("retry-after"), time.monotonic() - started)
+
+    thread = threading.Thread(target=run, name=f"claim-{name}")
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    "change, status, code",
+    [
+        ("revoked", 401, "UNAUTHENTICATED"),
+        ("expired", 401, "UNAUTHENTICATED"),
+        ("application disabled", 403, "FORBIDDEN"),
+    ],
+)
+def test_a_claim_that_waited_checks_its_credential_again_before_it_takes_a_task(
+    flow, database, clock, monkeypatch, change, status, code
+):
+    """Issue 26, item 7: a long-poll started before a revocation handed out a task after it. The
+    credential is read again before a claim that waited takes a task: a revoked or expired one is
+    401, one whose application was disabled 403, as the next request would be; the task stays queued."""
+    from weave import auth
+    from weave.sql import tenancy
+
+    tenancy.create_application(database, "acme", "workers", None)  # the workflow's own stays active
+    token = flow.tenant.token("tasks:work", queues=("inventory",), application="workers", expires_in=60)
+    credential_id = tenancy.authenticate(database, auth.token_hash(token)).credential_id
+    flow.publish(task_steps("a"))
+    flow.start("w1")  # its task is queued by the next scan
+    waiting = Waiting(monkeypatch)
+    answers: dict = {}
+    thread = claim_in_thread(flow.client, {"Authorization": f"Bearer {token}"}, "inventory", 10, answers, "worker")
+    waiting.until(1)
+    if change == "revoked":
+        tenancy.revoke_credential(database, "acme", credential_id)
+    elif change == "expired":
+        clock.advance(60)
+    else:
+        tenancy.set_application_status(database, "acme", "workers", "DISABLED")
+    flow.scan()
+    thread.join(15)
+    answer_status, body, _, seconds = answers["worker"]
+    assert (answer_status, (body or {}).get("code")) == (status, code), body
+    assert seconds < 5  # at the next look, not at the end of the wait
+    tasks = flow.rows("SELECT status, attempt, lease_token FROM tasks")
+    assert tasks == [{"status": "QUEUED", "attempt": 0, "lease_token": None}]
+    assert flow.rows("SELECT 1 FROM audit_records WHERE action = 'task.claim'") == []
+    assert flow.claim("inventory").status_code == 200  # another credential still takes it
+
+
+def test_the_waiting_claims_of_one_application_leave_room_for_another(config, database, flow, monkeypatch):
+    """Issue 26, item 7: one application's waiting claims filled the process's cap, and every other
+    application's long-poll was turned away. The slots are shared: when none is free, the
+    application waiting with the most gives one up (its oldest claim answers 204 with Retry-After
+    at once) to an application waiting with at least two fewer."""
+    from weave.sql import tenancy
+
+    client = falcon.testing.TestClient(
+        create_app(Config(config.database_url, threads=8, max_waiting_claims=4), database)
+    )
+    tenancy.create_application(database, "acme", "other", None)
+    other = flow.tenant.headers("tasks:work", queues=("inventory",), application="other")
+    flow.publish(task_steps("a"))
+    waiting = Waiting(monkeypatch)
+    answers: dict = {}
+    threads = []
+    for i in range(4):  # `app` fills the cap, polling an empty queue
+        threads.append(claim_in_thread(client, flow.worker, "carrier", 4, answers, f"app-{i}"))
+        waiting.until(i + 1)
+    threads.append(claim_in_thread(client, other, "inventory", 10, answers, "other"))
+    waiting.until(5, or_else=lambda: "other" in answers)  # it waits (or was answered at once)
+    flow.start("w1")
+    flow.scan()  # the task the other application's claim waits for
+    for thread in threads:
+        thread.join(15)
+    status, body, retry_after, _ = answers["other"]
+    assert (status, (body or {}).get("workflow_id"), retry_after) == (200, "w1", None), answers["other"]
+    status, _, retry_after, seconds = answers["app-0"]  # the oldest of `app`'s claims made room
+    assert status == 204 and 1 <= int(retry_after) <= RETRY_AFTER_MAX_SECONDS and seconds < 3
+    for i in range(1, 4):
+        status, _, retry_after, seconds = answers[f"app-{i}"]
+        assert (status, retry_after) == (204, None) and seconds >= 3.9
+
+
+def test_waiting_claims_end_the_oldest_claim_of_the_application_with_the_most_and_clean_up():
+    from contextlib import ExitStack
+
+    from weave.resources.tasks import WaitingClaims
+
+    slots = WaitingClaims(2)
+    with ExitStack() as held:
+        first, second = held.enter_context(slots.slot(1)), held.enter_context(slots.slot(1))
+        newcomer = held.enter_context(slots.slot(2))
+        assert (first.is_set(), second.is_set(), newcomer.is_set()) == (True, False, False)
+        with slots.slot(1) as turned_away, slots.slot(2) as also_turned_away:
+            assert turned_away is None and also_turned_away is None  # one each: fair already
+        with slots.slot(3) as third:
+            assert third is None  # 1 and 2 hold one each: a third cannot take one without leaving 0
+    assert slots._waiting == {}  # every claim gone, the ended one included
+    with slots.slot(3) as alone, slots.slot(3) as again:
+        assert not alone.is_set() and not again.is_set()

@@ -38,6 +38,7 @@ SHIPPED = [
     "0010.instance_signal_count",
     "0011.leaner_indexes",
     "0012.facts_times",
+    "0013.definition_queues",
     "0014.console_session_limits",
 ]
 

@@ -219,6 +219,32 @@ def test_p3_invalid_completion_is_422_and_changes_nothing(flow, body):
     assert flow.rows("SELECT status FROM tasks") == [{"status": "RUNNING"}]
 
 
+@pytest.mark.parametrize("member", ["result", "error"])
+def test_p3_a_result_or_an_error_of_256_kib_is_accepted_and_one_byte_more_is_413(flow, member):
+    """Issue 26, item 8: a 300 KB result was 413 while an error was stored up to the 1 MiB body
+    cap. Both are held to 256 KiB serialised (the error object whole: message, retryable,
+    details); one byte more is 413 at the member's pointer, and nothing is stored."""
+    start_tasks(flow, 1, max_attempts=1)
+    outcome = "SUCCEEDED" if member == "result" else "FAILED"
+
+    def value(size: int):
+        if member == "result":
+            return "x" * (size - len('""'))
+        frame = len('{"message":"m","retryable":false,"details":""}')
+        return {"message": "m", "retryable": False, "details": "x" * (size - frame)}
+
+    task = flow.claim().json
+    over = flow.complete(task, outcome, **{member: value(256 * 1024 + 1)})
+    assert (over.status_code, over.json["code"]) == (413, "PAYLOAD_TOO_LARGE"), over.json
+    assert [e["pointer"] for e in over.json["errors"]] == [f"/{member}"]
+    assert flow.rows("SELECT status, result, error FROM tasks WHERE id = %s", (task["task_id"],)) == [
+        {"status": "RUNNING", "result": None, "error": None}
+    ]
+    assert flow.rows("SELECT 1 FROM inbox_events") == []
+    assert flow.complete(task, outcome, **{member: value(256 * 1024)}).status_code == 200
+    assert len(flow.rows(f"SELECT {member} FROM tasks WHERE id = %s", (task["task_id"],))[0][member]) == 256 * 1024
+
+
 def test_p4_retryable_failure_requeues_with_backoff_then_fails_when_attempts_run_out(flow, clock):
     start_tasks(flow, 1, max_attempts=2)
     first = flow.claim().json

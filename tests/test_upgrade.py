@@ -361,3 +361,46 @@ def test_s1_6_the_signal_count_migration_counts_the_signals_stored_before_it(scr
         assert flow.rows(stored) == expected
         assert flow.send("order-3", "k-0", payment()).status_code == 201
         assert flow.rows(stored)[2]["signals_stored"] == 1
+
+
+def test_the_definition_queues_migration_fills_the_definitions_published_before_it(scratch_database):
+    """0013 (issue 26, item 6): definitions get `queues`, filled from their documents (numbers left
+    unread, however many digits); the fill can run again after a crash, and the list reads from it."""
+    url = scratch_database("definition_queues")
+    with migrated_flow(url) as flow:  # `flow` (1) runs on inventory and carrier
+        flow.publish({"name": "only-signals", "steps": [signal_flow_definition()["steps"][1]]})
+        roll_back(url, "0013.definition_queues")
+        many_digits = '{"name":"big","steps":[{"key":"t","type":"TASK","queue":"inventory","timeout_seconds":1'
+        many_digits += "0" * 4400 + "}]}"  # more digits than Python's int() reads
+        flow.database.run(
+            lambda tx: tx.execute(
+                "INSERT INTO definitions (namespace_id, name, version, digest, document, created_at) "
+                "SELECT id, 'big', 1, %s, %s, UTC_TIMESTAMP(6) FROM namespaces WHERE name = 'acme'",
+                ("0" * 64, many_digits),
+            )
+        )
+        assert migrate.apply(url) == ["0013.definition_queues"]
+        stored = "SELECT name, queues FROM definitions ORDER BY name"
+        expected = [
+            {"name": "big", "queues": "inventory"},
+            {"name": "flow", "queues": "carrier inventory"},
+            {"name": "only-signals", "queues": ""},
+        ]
+        assert flow.rows(stored) == expected
+        conn = connect(url)  # as if the process died after the fill, before yoyo recorded the migration
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM _yoyo_migration WHERE migration_id = '0013.definition_queues'")
+        conn.commit()
+        conn.close()
+        assert migrate.apply(url) == ["0013.definition_queues"]
+        assert flow.rows(stored) == expected
+        flow.start("order-1", input={"order_id": "o-1"})
+        listed = flow.client.simulate_get(
+            "/v1/namespaces/acme/workflows", headers=flow.tenant.headers("workflows:read", queues=("inventory",))
+        )
+        assert listed.json["workflows"] == []  # `flow` runs on carrier too
+        listed = flow.client.simulate_get(
+            "/v1/namespaces/acme/workflows",
+            headers=flow.tenant.headers("workflows:read", queues=("inventory", "carrier")),
+        )
+        assert [item["workflow_id"] for item in listed.json["workflows"]] == ["order-1"]

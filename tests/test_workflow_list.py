@@ -201,3 +201,75 @@ def test_edge_values_of_the_parameters_are_accepted(client, tenant, published, d
     for query in ("after=0", "after=18446744073709551615", "limit=1", "limit=1000", "status=&definition=", ""):
         result = client.simulate_get(LIST, query_string=query, headers=reader)
         assert result.status_code == 200 and [i["workflow_id"] for i in result.json["workflows"]] == ["only"], query
+
+
+# ---- issue 26, item 6: partial grants over many versions cost one page statement ---------------------
+
+VERSIONS = 1000
+
+
+def many_versions(database, tenant, versions: int) -> None:
+    """`versions` versions of `order` (inventory only) and one of `returns` (carrier), with two
+    instances per version and a `returns` instance after each `order` one, interleaved by id."""
+    from helpers import INSERT_INSTANCE_ROW
+
+    from weave.sql import definitions
+
+    publisher = tenant.principal("definitions:write")
+    for timeout in range(1, versions + 1):
+        document = {**ORDER_V1, "steps": [{**ORDER_V1["steps"][0], "timeout_seconds": timeout}]}
+        definitions.publish_definition(database, publisher.namespace_id, document, publisher.credential_id, "t")
+    definitions.publish_definition(database, publisher.namespace_id, RETURNS, publisher.credential_id, "t")
+    now = database.run(lambda tx: tx.now())
+    rows = []
+    for round_ in range(2):
+        for version in range(1, versions + 1):
+            status = "NEEDS_REVIEW" if version % 10 == 0 else "RUNNING"
+            for name, wid, v in (("order", f"o{version}-{round_}", version), ("returns", f"r{version}-{round_}", 1)):
+                rows.append((wid, status, "OPEN", None, now, now, now, "acme", name, v))
+    database.run(lambda tx: tx.executemany(INSERT_INSTANCE_ROW, rows))
+    database.run(lambda tx: tx.execute("ANALYZE TABLE instances, definitions"))
+
+
+def counted(database, call):
+    """`call(tx)` run as the list runs (autocommit reads) on one session; the SELECT statements the
+    server counted for it (Com_select) and its answer."""
+
+    def run(tx):
+        def selects():
+            return int(tx.one("SHOW SESSION STATUS LIKE 'Com_select'")["Value"])
+
+        idle = -selects() + selects()  # what reading the counter costs, if anything
+        before = selects()
+        answer = call(tx)
+        return selects() - before - idle, answer
+
+    return database.read(run)
+
+
+def test_partial_grants_over_a_thousand_versions_cost_a_constant_number_of_statements(tenant, database):
+    """Issue 26, item 6: a credential granted some of the queues listed its workflows with one
+    statement per readable version (1,000 versions: seconds). The page is one statement, and how
+    many statements the list sends does not depend on the number of versions."""
+    import time
+
+    list_page = instances.list_workflows.__wrapped__
+    reader = tenant.principal("workflows:read", queues=("inventory",))
+    many_versions(database, tenant, 3)
+    small = {
+        query: counted(database, lambda tx, q=query: list_page(tx, reader, *q, None, 100))[0]
+        for query in ((None, None), ("NEEDS_REVIEW", None), (None, "order"), ("NEEDS_REVIEW", "order"))
+    }
+    database.run(lambda tx: tx.execute("DELETE FROM instances"))
+    database.run(lambda tx: tx.execute("DELETE FROM definitions"))
+    many_versions(database, tenant, VERSIONS)
+    for (status, name), statements in small.items():
+        started = time.perf_counter()
+        count, (rows, next_after) = counted(database, lambda tx: list_page(tx, reader, status, name, None, 100))
+        elapsed = time.perf_counter() - started
+        print(f"\n{VERSIONS} versions, status={status}, definition={name}: {count} statements, {elapsed:.3f} s")
+        assert count == statements <= 3, (status, name, count)
+        expected_versions = [v for v in range(VERSIONS, 0, -1) if status is None or v % 10 == 0]
+        expected = [f"o{v}-1" for v in expected_versions] + [f"o{v}-0" for v in expected_versions]
+        assert [row["workflow_id"] for row in rows] == expected[:100]
+        assert next_after is not None

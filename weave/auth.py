@@ -65,12 +65,22 @@ class Principal:
         """Whether every one of `queues` is granted."""
         return self.queues.issuperset(queues)
 
+    def require_writable(self) -> None:
+        """Refuse with 403 unless the credential's application is ACTIVE: a disabled application is a
+        kill switch for its credentials, which may then only read, from the very next request (its
+        status is read on every request). Its instances still collect what they wait for (S2.4)."""
+        if self.application_status != "ACTIVE":
+            raise WeaveError(Code.FORBIDDEN, "the application of this credential is disabled: it may only read")
+
     def require_queues(self, queues) -> None:
         """Refuse with 403 unless every one of `queues` is granted (S1.1: all queues of an instance's
         pinned definition; P2: the queue claimed from). The object is not hidden: it is in our namespace."""
         missing = sorted(set(queues) - self.queues)
         if missing:
             raise WeaveError(Code.FORBIDDEN, f"this credential has no grant for queue(s) {', '.join(missing)}")
+
+
+NOT_CURRENT = "the token is unknown, revoked or expired"
 
 
 def unauthenticated(detail: str) -> WeaveError:

@@ -250,12 +250,13 @@ class Authenticate:
         check_path_ids(params, meta.not_found or Code.NOT_FOUND)
         if meta.public:
             return
-        token = auth.bearer_token(req.get_header("Authorization"))
-        principal = tenancy.authenticate(self.database, auth.token_hash(token))
+        token_sha256 = auth.token_hash(auth.bearer_token(req.get_header("Authorization")))
+        principal = tenancy.authenticate(self.database, token_sha256)
         if principal is None:
-            raise auth.unauthenticated("the token is unknown, revoked or expired")
+            raise auth.unauthenticated(auth.NOT_CURRENT)
         authorize(principal, meta, params, req.method)
         req.context.principal = principal
+        req.context.token_sha256 = token_sha256  # a claim that waited reads the credential again
         check_query_names(req, meta)
 
 
@@ -290,11 +291,8 @@ def authorize(principal: auth.Principal, meta: Operation, params: dict, method: 
     principal.require(params.get("namespace"), meta.not_found, *meta.scopes)
     if meta.queue_grant:
         principal.require_queues([params[meta.queue_grant]])
-    if principal.application_status != "ACTIVE" and method not in READING_METHODS:
-        # A disabled application is a kill switch for its credentials: reads only, from the
-        # very next request (its status is read on every request). Its instances still
-        # collect what they wait for (S2.4).
-        raise WeaveError(Code.FORBIDDEN, "the application of this credential is disabled: it may only read")
+    if method not in READING_METHODS:
+        principal.require_writable()
 
 
 def read_json(req: falcon.Request, schema: str, limit: int) -> Any:

@@ -78,7 +78,8 @@ SIGNALS_ACCEPTED = Counter(
 )
 TASK_CLAIMS = Counter(
     "weave_task_claims_total",
-    "Claims by result: claimed, empty, or turned_away (the long-poll cap was full)",
+    "Claims by result: claimed, empty, turned_away (the long-poll cap was full), or made_room (a waiting claim"
+    " ended early, its slot given to another application's claim)",
     ["result"],
 )
 TASKS_COMPLETED = Counter("weave_tasks_completed_total", "Task outcomes reported by workers", ["outcome"])
