@@ -41,7 +41,8 @@ from pathlib import Path
 from statistics import median
 
 from weave import auth, jsontext, migrate, schemas
-from weave.db import Database, DatabaseUrl, connect
+from weave.db import Database, connect
+from weave.dburl import DatabaseUrl
 from weave.devdb import PrivateServer, free_port
 from weave.processes import die_with_parent
 from weave.rules import definitions as definition_rules
@@ -726,7 +727,7 @@ def _on_connections(
 
 def _raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list):
     """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal, in
-    the same round trips (`weave.db.Tx` sends queued writes with the next statement or COMMIT),
+    the same round trips (`weave.tx.Tx` sends queued writes with the next statement or COMMIT),
     writing the same rows with the same contents (receipt, event data, audit details); without
     authentication, HTTP, JSON parsing, schema validation or the contract check."""
     from weave.sql import audit as audit_sql

@@ -29,7 +29,7 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).parent))
 import bench  # noqa: E402  (scripts/bench.py: the acceptance harness)
 
-from weave.db import DatabaseUrl  # noqa: E402
+from weave.dburl import DatabaseUrl  # noqa: E402
 from weave.devdb import GaleraCluster  # noqa: E402
 
 CLIENTS = 8

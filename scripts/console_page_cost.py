@@ -21,12 +21,14 @@ from pathlib import Path
 import falcon.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from clock import ControlledClock  # noqa: E402
 from helpers import Flow, make_tenant  # noqa: E402
 
 from weave import migrate  # noqa: E402
 from weave.app import create_app  # noqa: E402
 from weave.config import Config  # noqa: E402
-from weave.db import ControlledClock, Database, DatabaseUrl  # noqa: E402
+from weave.db import Database  # noqa: E402
+from weave.dburl import DatabaseUrl  # noqa: E402
 from weave.devdb import PrivateServer  # noqa: E402
 
 QUEUES = ("inventory", "carrier")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from weave.db import Tx
+from weave.tx import Tx
 
 SELECT_ACTIVATIONS = """
 SELECT id, step_key, step_index, activation_sequence, status, result, deadline_at

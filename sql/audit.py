@@ -4,7 +4,7 @@ read of them that a decision needs (the digest an acceptance recorded, S1.12).""
 from __future__ import annotations
 
 from weave import jsontext
-from weave.db import Tx
+from weave.tx import Tx
 
 INSERT_AUDIT = """
 INSERT INTO audit_records

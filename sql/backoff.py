@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from weave.db import Tx, unit_of_work
+from weave.db import unit_of_work
 from weave.rules import pulse
+from weave.tx import Tx
 
 MAX_ERROR_CHARS = 1000
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from weave.db import Tx
 from weave.sql import backoff
+from weave.tx import Tx
 
 INSERT_CHECKPOINT = """
 INSERT INTO checkpoints (instance_id, kind, wait_id, due_at, available_at, attempts, created_at)

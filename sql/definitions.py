@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from weave import jsontext
-from weave.db import Tx, read_only, unit_of_work
+from weave.db import read_only, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import definitions as definition_rules
 from weave.sql import audit
+from weave.tx import Tx
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from weave import jsontext
-from weave.db import Tx
+from weave.tx import Tx
 
 # One statement: the next seq is read from the unique index (instance_id, seq) while inserting.
 # The caller holds the instance lock, so no other transaction appends to this history meanwhile;

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from weave.db import Tx
 from weave.sql import backoff
+from weave.tx import Tx
 
 INSERT_INBOX = """
 INSERT INTO inbox_events (task_id, instance_id, outcome, result, completed_at, status, available_at, attempts)

@@ -14,11 +14,12 @@ from datetime import timedelta
 from typing import Any, Callable
 
 from weave.auth import Principal
-from weave.db import Tx, read_only, unit_of_work
+from weave.db import read_only, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import definitions as definition_rules
 from weave.sql import audit, checkpoints, definitions, events
 from weave.times import rfc3339
+from weave.tx import Tx
 
 
 @dataclass(frozen=True)

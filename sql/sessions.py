@@ -17,9 +17,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from weave.auth import Principal
-from weave.db import Tx, read_only, unit_of_work
+from weave.db import read_only, unit_of_work
 from weave.sql import audit, tenancy
 from weave.times import rfc3339
+from weave.tx import Tx
 
 LIFETIME = timedelta(hours=1)  # short: a stolen cookie is worth little, and signing in again is one paste
 EXPIRED_SWEEP = 100  # expired rows removed per sign-in: the table stays as small as its live sessions

@@ -22,11 +22,12 @@ from datetime import datetime, timedelta
 
 from weave import jsontext
 from weave.auth import Principal
-from weave.db import Tx, read_only, unit_of_work
+from weave.db import read_only, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import signals as rules
 from weave.sql import audit, backoff, checkpoints, events, instances, waits
 from weave.times import rfc3339
+from weave.tx import Tx
 
 SIGNALS_PER_INSTANCE = 1024
 EXPIRY_RECHECK = timedelta(seconds=1)  # a wait's deadline checkpoint is due: let it decide first

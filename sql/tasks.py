@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from weave import auth, jsontext
-from weave.db import Tx, unit_of_work
+from weave.db import unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import pulse
 from weave.sql import audit, inbox, instances, tenancy
+from weave.tx import Tx
 
 # ---- creation (called by the workflow side inside its own transaction) ---------------------------
 

@@ -10,10 +10,11 @@ from dataclasses import replace
 from datetime import timedelta
 
 from weave import auth
-from weave.db import Tx, read_only, unit_of_work
+from weave.db import read_only, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.sql import audit
 from weave.times import rfc3339
+from weave.tx import Tx
 
 ADMIN_ACTOR = "system:admin"
 

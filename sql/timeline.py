@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from weave.auth import Principal
-from weave.db import Tx, read_only
+from weave.db import read_only
 from weave.sql import instances
+from weave.tx import Tx
 
 # The instance without its input, which the console does not show.
 SELECT_INSTANCE = """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from weave.db import Tx
+from weave.tx import Tx
 
 INSERT_WAIT = """
 INSERT INTO waits (instance_id, step_key, kind, name, payload_version, correlation, activation_id, activation_sequence,

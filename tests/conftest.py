@@ -18,13 +18,15 @@ import subprocess
 
 import falcon.testing
 import pytest
+from clock import ControlledClock
 from faultproxy import FaultProxy
 from helpers import Flow, Tenant, empty_database, make_tenant, serving, signal_flow_definition
 
 from weave import migrate
 from weave.app import create_app
 from weave.config import Config
-from weave.db import ControlledClock, Database, DatabaseUrl, connect
+from weave.db import Database, connect
+from weave.dburl import DatabaseUrl
 from weave.devdb import PrivateServer, ServerNotFound
 from weave.server import create_server
 

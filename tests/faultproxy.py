@@ -216,5 +216,5 @@ class FaultProxy:
 
 
 def _last_statement(query: bytes) -> bytes:
-    """The last of the statements of a (multi-statement) query, as Weave joins them (`weave.db.Tx`)."""
+    """The last of the statements of a (multi-statement) query, as Weave joins them (`weave.tx.Tx`)."""
     return query.rsplit(b";\n", 1)[-1]

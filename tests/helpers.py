@@ -23,13 +23,15 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from clock import ControlledClock
 from waitress import wasyncore
 
 from weave import auth, logs
-from weave.db import ControlledClock, Database, DatabaseClock
+from weave.db import Database
 from weave.devdb import free_port
 from weave.processes import die_with_parent
 from weave.sql import tenancy
+from weave.tx import DatabaseClock
 
 
 def empty_database(database: Database, tables: list[str], clock: ControlledClock) -> None:

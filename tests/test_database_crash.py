@@ -18,7 +18,8 @@ import pytest
 from helpers import wait_until
 
 from weave import migrate
-from weave.db import Database, DatabaseUrl
+from weave.db import Database
+from weave.dburl import DatabaseUrl
 from weave.devdb import PrivateServer, free_port
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from weave.db import DatabaseUrl
+from weave.dburl import DatabaseUrl
 
 
 def test_one_host_with_defaults():

@@ -24,7 +24,7 @@ import pytest
 from faultproxy import FaultProxy
 from helpers import use_real_time, wait_until
 
-from weave.db import DatabaseUrl
+from weave.dburl import DatabaseUrl
 from weave.devdb import free_port
 from weave.rules import pulse
 

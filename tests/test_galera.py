@@ -23,7 +23,8 @@ from helpers import Flow, make_tenant, payment, signal_flow_definition, wait_unt
 from weave import migrate
 from weave.app import create_app
 from weave.config import Config
-from weave.db import Database, DatabaseUrl
+from weave.db import Database
+from weave.dburl import DatabaseUrl
 from weave.devdb import GaleraCluster, ServerNotFound, find_galera_provider, free_port
 from weave.sql import instances
 

@@ -5,8 +5,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from weave.db import Database, DatabaseClock
+from weave.db import Database
 from weave.sql import instances
+from weave.tx import DatabaseClock
 
 DOC = {
     "name": "order",

@@ -17,7 +17,8 @@ from yoyo import read_migrations
 
 from weave import migrate
 from weave.cli import main
-from weave.db import DatabaseUrl, connect
+from weave.db import connect
+from weave.dburl import DatabaseUrl
 from weave.devdb import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

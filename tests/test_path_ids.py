@@ -13,7 +13,7 @@ import pytest
 from helpers import payment, signal_flow_definition
 from test_authorization import CONFIG, OPERATIONS, SAMPLE, mounted
 
-from weave import auth, db, http, schemas
+from weave import auth, db, dberrors, http, schemas
 from weave.app import create_app
 from weave.sql import instances
 
@@ -121,7 +121,7 @@ def test_ids_at_their_limits_pass_the_check(client, tenant):
 # ---- the safety net: a value the database refuses is never a 500 --------------------------------------
 
 
-@pytest.mark.parametrize("code", sorted(db.INVALID_VALUE_CODES))
+@pytest.mark.parametrize("code", sorted(dberrors.INVALID_VALUE_CODES))
 def test_translate_maps_refused_values_to_invalid_value(code):
     assert isinstance(db.translate(pymysql.err.OperationalError(code, "refused")), db.InvalidValue)
 

@@ -32,7 +32,8 @@ from weave.config import (
     max_body_bytes_from_env,
     max_waiting_claims_from_env,
 )
-from weave.db import DEFAULT_POOL_SIZE, Database, DatabaseError, DatabaseUrl
+from weave.db import DEFAULT_POOL_SIZE, Database, DatabaseError
+from weave.dburl import DatabaseUrl
 from weave.errors import Code, WeaveError
 from weave.scanner import IDLE_SECONDS, THREADS, Scanner, backlog
 from weave.sql import definitions, tenancy

@@ -1,7 +1,9 @@
-"""Connections, the unit-of-work transaction, the clock seam and driver-error translation.
+"""The pool of connections and the unit of work's retry policy.
 
-This is the only module that translates PyMySQL's exceptions (`weave.devdb` only waits for its
-own server to accept a connection). A unit run with retries (`Database.run`, `Database.read`,
+Beside it (issue 27): `weave.dburl` parses the URL, `weave.tx` is the open transaction a unit
+works in (`Tx`, with the clock seam), and `weave.dberrors` is the only module that translates
+PyMySQL's exceptions (`weave.devdb` only waits for its own server to accept a connection); the
+errors are raised from here and importable from here. A unit run with retries (`Database.run`, `Database.read`,
 `@unit_of_work`, `@read_only`) ends in success, `DuplicateKey` (a UNIQUE key it does not replay on
 fired), `TransitionFailed` (a guarded state change matched no row), `InvalidValue` (the database
 refused a value for its characters or length), `Unavailable` (it kept failing with a retryable
@@ -45,38 +47,30 @@ import logging
 import random
 import threading
 import time
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
 from typing import Any, Callable, TypeVar
-from urllib.parse import unquote, urlsplit
 
 import pymysql
 from pymysql.constants import CLIENT
 
 from weave import driver, metrics
+from weave.dberrors import (  # noqa: F401  (re-exported: callers catch them as weave.db's)
+    CONNECTION_CODES,
+    DUP_ENTRY,
+    NODE_NOT_READY,
+    DatabaseError,
+    DuplicateKey,
+    InvalidValue,
+    Retryable,
+    TransitionFailed,
+    Unavailable,
+    translate,
+)
+from weave.dburl import DatabaseUrl
+from weave.tx import DatabaseClock, Tx
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-DEADLOCK = 1213
-LOCK_WAIT_TIMEOUT = 1205
-RECORD_CHANGED = 1020  # MariaDB: "Record has changed since last read"
-DUP_ENTRY = 1062
-SUBQUERY_RETURNS_ROWS = 1242  # "Subquery returns more than 1 row": how a failed guard stops its batch
-SERVER_GONE = 2006
-CONNECTION_LOST = 2013
-CANNOT_CONNECT = 2003
-RETRYABLE_CODES = frozenset({DEADLOCK, LOCK_WAIT_TIMEOUT, RECORD_CHANGED})
-# The server refused a value, not the statement: illegal mix of collations for 2, 3 or n operands
-# (a string that is not ASCII compared with an ASCII column: 1267, 1270, 1271), an invalid
-# character string (1300), an incorrect value for a column (1366), data too long (1406).
-INVALID_VALUE_CODES = frozenset({1267, 1270, 1271, 1300, 1366, 1406})
-# A Galera node that is not part of the primary component (cut off, or still joining) answers every
-# statement with 1047 "WSREP has not yet prepared node for application use": like a lost
-# connection, the pool leaves it for another node.
-NODE_NOT_READY = 1047
-CONNECTION_CODES = frozenset({SERVER_GONE, CONNECTION_LOST, CANNOT_CONNECT, NODE_NOT_READY, 0})
 
 DEFAULT_MAX_ATTEMPTS = 6
 DEFAULT_POOL_SIZE = 32
@@ -90,145 +84,6 @@ WRITE_TIMEOUT_SECONDS = READ_TIMEOUT_SECONDS
 # No new attempt of a unit starts this long after its first: with one more attempt of at most
 # READ_TIMEOUT_SECONDS, an API call answers (503 at worst) within 25 s, before a client's 30 s.
 RETRY_BUDGET_SECONDS = 10
-
-
-class DatabaseError(Exception):
-    """Every translated database failure; raised as itself, one that retrying will not fix (an SQL
-    error, a constraint, a bug)."""
-
-
-class DuplicateKey(DatabaseError):
-    """A UNIQUE key rejected an insert; `key` names it."""
-
-    def __init__(self, message: str, key: str | None):
-        super().__init__(message)
-        self.key = key
-
-
-class TransitionFailed(DatabaseError):
-    """A guarded state change (`UPDATE … WHERE id = %s AND status = %s`) matched no row: the unit
-    holds the row's lock and read its state, so this is a bug, never a race. The unit rolls back."""
-
-
-class InvalidValue(DatabaseError):
-    """The database refused a value for its characters or its length (`INVALID_VALUE_CODES`).
-
-    Only a request can bring such a value this far (the API checks ids and bodies first, so this
-    is the safety net): the API answers 422, never 500. Retrying changes nothing."""
-
-
-class Retryable(DatabaseError):
-    """Deadlock, lock wait timeout, record changed or a lost connection: re-run the unit.
-
-    `code`: MySQL's error number (0: the driver lost or never had the connection).
-    `connection_lost`: the connection is gone (or could not be opened). `commit_unknown`: it was
-    lost while COMMIT was in flight, so the attempt may have committed."""
-
-    def __init__(self, message: str, code: int, connection_lost: bool = False, commit_unknown: bool = False):
-        super().__init__(message)
-        self.code = code
-        self.connection_lost = connection_lost
-        self.commit_unknown = commit_unknown
-
-
-class Unavailable(DatabaseError):
-    """A unit of work kept failing with retryable errors (or duplicates of a key it replays on); the
-    caller should try again later."""
-
-
-def translate(exc: pymysql.err.MySQLError) -> DatabaseError:
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-    message = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
-    if code == DUP_ENTRY:
-        key = message.rsplit("for key ", 1)[-1].strip("'` ").split(".")[-1] if "for key" in message else None
-        return DuplicateKey(message, key)
-    if code in INVALID_VALUE_CODES:
-        return InvalidValue(f"{code}: {message}")
-    if code in RETRYABLE_CODES:
-        return Retryable(f"{code}: {message}", code)
-    if code in CONNECTION_CODES or isinstance(exc, pymysql.err.InterfaceError):
-        return Retryable(f"{code}: {message}", code or 0, connection_lost=True)
-    return DatabaseError(f"{code}: {message}")
-
-
-@dataclass(frozen=True)
-class DatabaseUrl:
-    """`mysql://user:password@host:port/database`; several hosts (`h1:3306,h2:3306`) name the nodes
-    of one cluster: connections go to the first that answers, and move on when it is lost."""
-
-    host: str
-    port: int
-    user: str
-    password: str = field(repr=False)  # a URL in a log line or a traceback must not carry it
-    database: str = ""
-    more_hosts: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def hosts(self) -> tuple[tuple[str, int], ...]:
-        return ((self.host, self.port), *self.more_hosts)
-
-    @classmethod
-    def parse(cls, url: str) -> "DatabaseUrl":
-        parts = urlsplit(url)
-        if parts.scheme not in ("mysql", "mysql+pymysql", "mariadb"):
-            raise ValueError(f"database URL must start with mysql:// (got {parts.scheme!r})")
-        database = parts.path.lstrip("/")
-        if not database:
-            raise ValueError("database URL must name a database: mysql://user:pass@host:port/db")
-        credentials, _, host_list = parts.netloc.rpartition("@")
-        user, _, password = credentials.partition(":")
-        hosts = [_host_and_port(item) for item in host_list.split(",")] if host_list else [("127.0.0.1", 3306)]
-        return cls(
-            host=hosts[0][0],
-            port=hosts[0][1],
-            user=unquote(user or "root"),
-            password=unquote(password),
-            database=database,
-            more_hosts=tuple(hosts[1:]),
-        )
-
-    def index_of(self, conn) -> int:
-        """The position in `hosts` of the host connection `conn` went to (0 when none of them)."""
-        hosts = self.hosts
-        return hosts.index((conn.host, conn.port)) if (conn.host, conn.port) in hosts else 0
-
-    def with_database(self, database: str) -> "DatabaseUrl":
-        return replace(self, database=database)
-
-    def on_host(self, index: int) -> "DatabaseUrl":
-        """The same URL with its hosts listed from the `index`th on (then the ones before it)."""
-        hosts = self.hosts[index:] + self.hosts[:index]
-        return replace(self, host=hosts[0][0], port=hosts[0][1], more_hosts=hosts[1:])
-
-    def url(self) -> str:
-        """The URL again, every host listed (the password too: for a process's environment, not a log)."""
-        from urllib.parse import quote
-
-        auth = quote(self.user, safe="") + (":" + quote(self.password, safe="") if self.password else "")
-        hosts = ",".join(f"{_netloc_host(host)}:{port}" for host, port in self.hosts)
-        return f"mysql://{auth}@{hosts}/{self.database}"
-
-    def yoyo_url(self) -> str:
-        """For yoyo, which knows one host: the first."""
-        return replace(self, more_hosts=()).url()
-
-
-def _host_and_port(item: str) -> tuple[str, int]:
-    """`host`, `host:port`, `[v6]` or `[v6]:port` of a URL's host list."""
-    if item.startswith("["):
-        host, _, rest = item[1:].partition("]")
-        port = rest.removeprefix(":")
-    else:
-        host, _, port = item.partition(":")
-    if not host:
-        raise ValueError(f"database URL: an empty host in {item!r}")
-    if port and not (port.isdigit() and 0 < int(port) < 65536):
-        raise ValueError(f"database URL: {port!r} is not a port")
-    return host, int(port) if port else 3306
-
-
-def _netloc_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 def connect(url: DatabaseUrl, database: bool = True, autocommit: bool = False) -> pymysql.connections.Connection:
@@ -300,218 +155,6 @@ def _join_cluster_session(cur, read_only: bool) -> None:
         raise pymysql.err.OperationalError(NODE_NOT_READY, "WSREP has not yet prepared node for application use")
     if read_only:
         cur.execute("SET SESSION wsrep_sync_wait = 1")
-
-
-# Follows a guarded change in its batch (`Tx.later`): it fails with SUBQUERY_RETURNS_ROWS unless
-# the change matched exactly one row. ROW_COUNT() is the previous statement's count, of matched
-# rows with CLIENT.FOUND_ROWS (an UPDATE that sets a row to what it holds still counts).
-MATCHED_ONE_ROW = "SET @matched_one_row = (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE ROW_COUNT() <> 1)"
-
-
-def _guarded(text: str, what: str | None) -> list[tuple[str, str | None]]:
-    """A statement of a batch, followed by its guard when it must match one row (`what`)."""
-    return [(text, None), (MATCHED_ONE_ROW, what)] if what is not None else [(text, None)]
-
-
-class DatabaseClock:
-    """Production time: the database's UTC clock, so every node agrees (I5)."""
-
-    def now(self, tx: "Tx") -> datetime:
-        return tx.one("SELECT UTC_TIMESTAMP(6) AS now")["now"]
-
-
-class ControlledClock:
-    """Test time: starts at a fixed instant and moves only when told to."""
-
-    def __init__(self, start: datetime = datetime(2026, 11, 30, 7, 0, 0)):
-        self._now = start
-        self._lock = threading.Lock()
-
-    def now(self, tx=None) -> datetime:
-        with self._lock:
-            return self._now
-
-    def set(self, when: datetime) -> None:
-        with self._lock:
-            self._now = when
-
-    def advance(self, seconds: float = 0, **kwargs) -> datetime:
-        with self._lock:
-            self._now += timedelta(seconds=seconds, **kwargs)
-            return self._now
-
-
-class Tx:
-    """One open transaction: thin helpers over a DictCursor plus the transaction's `now`.
-
-    Round trips are what a unit of work mostly costs, on both sides of the connection. A write
-    whose answer the unit does not read (an event, an audit record, a guarded state change) is
-    queued with `later` and travels in one round trip with the next statement the unit sends, or
-    with COMMIT: the server runs them in the order they were issued, so locks are taken in the same
-    order as before, and a failing write stops the batch before what follows it runs.
-
-    `memo` is shared by every attempt of one call of the unit, and `maybe_committed` says that an
-    earlier attempt of this call lost its connection during COMMIT, so that what it left in
-    `memo` may be committed (see the module docstring).
-
-    A unit that decides nothing writes nothing (K): `decided` turns true with the first write
-    other than a lock taken by writing (`lock_by_writing`) and the bookkeeping of `afterwards`.
-    A unit that ends undecided is rolled back instead of committed, and its bookkeeping is applied
-    alone after the rollback, in the same round trip."""
-
-    def __init__(self, cursor, clock, memo: dict | None = None, maybe_committed: bool = False):
-        self.cursor = cursor
-        self._clock = clock
-        self._now: datetime | None = None
-        self._queued: list[tuple[str, str | None]] = []  # (statement as sent, `what` when it must match one row)
-        self._afterwards: list[tuple[str, str | None]] = []
-        self.decided = False
-        self.memo = {} if memo is None else memo
-        self.maybe_committed = maybe_committed
-
-    def now(self) -> datetime:
-        """Read once per transaction, on first use: call it only after taking the instance lock."""
-        if self._now is None:
-            self._now = self._clock.now(self)
-        return self._now
-
-    def now_read_with(self, database_now: datetime) -> datetime:
-        """`now()` for a unit whose statement read `UTC_TIMESTAMP(6)` itself, after taking the
-        instance lock, to spare a round trip: the database clock adopts that value; a test clock
-        keeps its own."""
-        if self._now is None:
-            self._now = database_now if isinstance(self._clock, DatabaseClock) else self._clock.now(self)
-        return self._now
-
-    def lock_by_writing(self, sql: str, params: tuple | dict = ()) -> None:
-        """Queue a write whose only purpose is the row lock it takes (and, on Galera, a row that
-        every unit locking it writes: `instances.mark_deciding`); it decides nothing, so a unit
-        that writes nothing else is rolled back."""
-        self._queued.append((self.cursor.mogrify(sql, params), None))
-
-    def afterwards(self, sql: str, params: tuple | dict = (), expect_one: str | None = None) -> None:
-        """Bookkeeping that stands whether or not the unit decides (a look that was done, the next
-        time to look): sent with COMMIT when the unit decided something (guarded by `expect_one`
-        like `later`), else alone after its rollback (unguarded: the rows it held are free then).
-        It must need none of the unit's locks to be right on its own."""
-        self._afterwards.append((self.cursor.mogrify(sql, params), expect_one))
-
-    def one(self, sql: str, params: tuple | dict = ()) -> dict | None:
-        self._note_write(sql)
-        self._send(sql, params)
-        return self.cursor.fetchone()
-
-    def all(self, sql: str, params: tuple | dict = ()) -> list[dict]:
-        self._note_write(sql)
-        self._send(sql, params)
-        return list(self.cursor.fetchall())
-
-    def _note_write(self, sql: str) -> None:
-        """A statement sent for its rows is a read, unless it is not (a test's UPDATE, ANALYZE…)."""
-        if not self.decided and sql.lstrip()[:6].upper() not in ("SELECT", "(SELEC"):
-            self.decided = True
-
-    def execute(self, sql: str, params: tuple | dict = ()) -> int:
-        """Run a write and return the matched row count."""
-        self.decided = True
-        return self._send(sql, params)
-
-    def all_together(self, *reads: tuple[str, tuple | dict]) -> list[list[dict]]:
-        """Run several (sql, params) reads in order in one round trip (after the queued writes);
-        the rows of each. For locking reads that follow the global lock order, whose later
-        statements need nothing from the earlier ones' answers but their locks."""
-        statements = self._take_queued()
-        first = len(statements)
-        statements += [(self.cursor.mogrify(sql, params), None) for sql, params in reads]
-        rows: list[list[dict]] = []
-        for index in self._answers(statements):
-            if index >= first:
-                rows.append(list(self.cursor.fetchall()))
-        return rows
-
-    def transition(self, sql: str, params: tuple | dict, what: str) -> None:
-        """Queue a guarded single-row state change that must match exactly one row, else
-        `TransitionFailed` naming `what` is raised when its answer arrives, with the next statement
-        or COMMIT, and the server has run nothing after it (see `later`): nothing that follows it
-        (events, audit) may commit for a change that did not happen. The unit holds the row's lock
-        and read its state, so this is a bug."""
-        self.later(sql, params, expect_one=what)
-
-    def insert(self, sql: str, params: tuple | dict = ()) -> int:
-        """Run an INSERT and return the new AUTO_INCREMENT id."""
-        self.decided = True
-        self._send(sql, params)
-        return self.cursor.lastrowid
-
-    def executemany(self, sql: str, rows: list) -> int:
-        self.decided = True
-        self.flush()
-        return self.cursor.executemany(sql, rows) if rows else 0
-
-    def later(self, sql: str, params: tuple | dict = (), expect_one: str | None = None) -> None:
-        """Queue a write whose answer the unit does not read; it is sent with the next statement or
-        with COMMIT. With `expect_one`, it is a guarded state change like `transition`'s: matching
-        any number of rows but one raises `TransitionFailed` before anything after it commits.
-
-        The guard is checked by the server: `MATCHED_ONE_ROW` follows the change in its batch and
-        fails unless the change matched one row, and a server runs no statement of a batch after
-        one that failed. So a guarded change can travel with COMMIT itself."""
-        self.decided = True
-        self._queued += _guarded(self.cursor.mogrify(sql, params), expect_one)
-
-    def flush(self) -> None:
-        """Send the queued writes now (one round trip; none when nothing is queued)."""
-        if self._queued:
-            self._round_trip(self._take_queued())
-
-    def commit(self) -> None:
-        """Commit, with the queued writes and the bookkeeping in the same round trip."""
-        guarded = [item for text, what in self._afterwards for item in _guarded(text, what)]
-        self._round_trip([*self._take_queued(), *guarded, ("COMMIT", None)])
-
-    @property
-    def has_bookkeeping(self) -> bool:
-        return bool(self._afterwards)
-
-    def roll_back(self) -> None:
-        """End an undecided unit: roll back (queued writes are dropped), then apply the bookkeeping
-        alone; one round trip."""
-        self._queued = []
-        afterwards = [(text, None) for text, _ in self._afterwards]
-        self._round_trip([("ROLLBACK", None), *afterwards, ("COMMIT", None)] if afterwards else [("ROLLBACK", None)])
-
-    def _send(self, sql: str, params: tuple | dict) -> int:
-        """Run one statement after the queued writes, in one round trip; its matched row count (its
-        rows, its insert id) are the cursor's afterwards."""
-        if not self._queued:
-            return self.cursor.execute(sql, params)
-        return self._round_trip([*self._take_queued(), (self.cursor.mogrify(sql, params), None)])
-
-    def _take_queued(self) -> list[tuple[str, str | None]]:
-        queued, self._queued = self._queued, []
-        return queued
-
-    def _round_trip(self, statements: list[tuple[str, str | None]]) -> int:
-        """Send `statements` as one multi-statement query and read every answer in order; the
-        cursor is left on the last one."""
-        for _ in self._answers(statements):
-            pass
-        return self.cursor.rowcount
-
-    def _answers(self, statements: list[tuple[str, str | None]]):
-        """Send `statements` (already interpolated: no parameters) as one multi-statement query;
-        yield the index of each as the cursor reaches its answer; a failed guard raises
-        `TransitionFailed` (the statements after it did not run)."""
-        self.cursor.execute(";\n".join(text for text, _ in statements))
-        for index, (_, what) in enumerate(statements):
-            if index:
-                try:
-                    self.cursor.nextset()
-                except pymysql.err.MySQLError as exc:
-                    if what is not None and exc.args[0] == SUBQUERY_RETURNS_ROWS:
-                        raise TransitionFailed(f"{what}: expected to change one row, matched none or several") from None
-                    raise
-            yield index
 
 
 class Database:

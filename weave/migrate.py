@@ -14,7 +14,8 @@ import pymysql
 from yoyo import get_backend, read_migrations
 from yoyo.exceptions import BadMigration
 
-from weave.db import DatabaseUrl, connect, translate
+from weave.db import connect, translate
+from weave.dburl import DatabaseUrl
 
 
 class MigrationsMissing(RuntimeError):

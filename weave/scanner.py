@@ -32,8 +32,9 @@ from datetime import datetime
 from typing import Callable
 
 from weave import metrics
-from weave.db import Database, Tx
+from weave.db import Database
 from weave.sql import backoff, checkpoints, engine, inbox, instances, signals, tasks
+from weave.tx import Tx
 
 log = logging.getLogger("weave.scanner")
 

@@ -48,7 +48,8 @@ from waitress.task import ErrorTask, ThreadedTaskDispatcher
 
 from weave import errors, metrics
 from weave.config import Config
-from weave.db import Database, DatabaseUrl
+from weave.db import Database
+from weave.dburl import DatabaseUrl
 from weave.errors import Code
 from weave.processes import die_with_parent
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from weave.db import Tx
 from weave.rules import gate, progress
 from weave.sql import activations, audit, events, signals, waits
 from weave.sql.engine import poll, settle, signal, task
@@ -24,6 +23,7 @@ from weave.sql.engine.steps import SCANNER, Outcome, Step
 from weave.sql.engine.steps import named as step_named
 from weave.sql.engine.steps import of_instance as steps_of_instance
 from weave.times import rfc3339
+from weave.tx import Tx
 
 KINDS = {"TASK": task, "SIGNAL": signal, "POLL": poll}
 

@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from typing import Any, Callable
 
 from weave import jsontext
-from weave.db import Tx
 from weave.rules import gate, poll
 from weave.schemas import linear
 from weave.schemas.payload import payload_errors
@@ -16,6 +15,7 @@ from weave.sql import activations, checkpoints, events, inbox, signals, tasks, w
 from weave.sql.engine import settle, signal
 from weave.sql.engine.steps import Outcome, Step, needs_review, succeeded, waiting
 from weave.times import rfc3339
+from weave.tx import Tx
 
 # A round's report held by another unit: it is applied by that unit, or backed off; look again.
 INBOX_HELD_RECHECK = timedelta(seconds=1)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from weave.db import Tx
 from weave.rules import gate
 from weave.sql import activations, audit, checkpoints, events, instances
+from weave.tx import Tx
 
 # A disabled application blocks new work; nothing announces its re-enabling, so look again later.
 DISABLED_APPLICATION_RECHECK = timedelta(seconds=60)

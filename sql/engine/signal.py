@@ -10,12 +10,12 @@ from datetime import datetime
 from typing import Callable
 
 from weave import jsontext
-from weave.db import Tx
 from weave.rules import correlation
 from weave.rules import signals as signal_rules
 from weave.rules import waits as wait_rules
 from weave.sql import audit, checkpoints, events, instances, signals, tasks, waits
 from weave.sql.engine.steps import Outcome, Step, needs_review, succeeded, waiting
+from weave.tx import Tx
 
 CORRELATION_UNRESOLVED = "CORRELATION_UNRESOLVED"
 

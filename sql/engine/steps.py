@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from weave.db import Tx
 from weave.sql import definitions
+from weave.tx import Tx
 
 SCANNER = "system:scanner"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from weave.db import Tx
 from weave.rules import progress
 from weave.sql import activations, checkpoints, events, tasks
 from weave.sql.engine.steps import Outcome, Step, needs_review, succeeded, waiting
+from weave.tx import Tx
 
 
 def activate(tx: Tx, instance: dict, activation: dict, step: Step, announce: Callable[[dict], None]) -> None:

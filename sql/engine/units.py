@@ -3,7 +3,7 @@
 
 Each is one unit of work: it locks the instance first, then what hangs off it in the global order
 (instance -> activation -> wait -> signals -> tasks), and commits; one that decides nothing is
-rolled back (`weave.db.Tx.decided`)."""
+rolled back (`weave.tx.Tx.decided`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from weave import jsontext
 from weave.auth import Principal
-from weave.db import Tx, unit_of_work
+from weave.db import unit_of_work
 from weave.errors import Code, WeaveError
 from weave.rules import control as control_rules
 from weave.rules import gate
@@ -21,6 +21,7 @@ from weave.sql import activations, audit, checkpoints, inbox, instances, signals
 from weave.sql.engine import moves, settle
 from weave.sql.engine.steps import SCANNER, Step, named, of_instance
 from weave.sql.instances import WorkflowFacts
+from weave.tx import Tx
 
 # ---- the scanner's units ----------------------------------------------------------------------------
 
