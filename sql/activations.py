@@ -49,11 +49,6 @@ def lock(tx: Tx, activation_id: int) -> dict:
     return tx.one(LOCK_ACTIVATION, (activation_id,))
 
 
-def locking(activation_id: int) -> tuple[str, tuple]:
-    """`lock`'s read, for `Tx.all_together`."""
-    return LOCK_ACTIVATION, (activation_id,)
-
-
 def locking_of_wait(wait_id: int) -> tuple[str, tuple]:
     """For `Tx.all_together`: lock the activation of wait `wait_id` (none when there is no such wait)."""
     return LOCK_ACTIVATION_OF_WAIT, (wait_id,)

@@ -64,10 +64,6 @@ def insert(
     )
 
 
-def lock(tx: Tx, wait_id: int) -> dict:
-    return tx.one(LOCK_WAIT, (wait_id,))
-
-
 def locking(wait_id: int) -> tuple[str, tuple]:
     """`lock`'s read, for `Tx.all_together`."""
     return LOCK_WAIT, (wait_id,)
