@@ -40,6 +40,7 @@ SHIPPED = [
     "0012.facts_times",
     "0013.definition_queues",
     "0014.console_session_limits",
+    "0015.status_checks",
 ]
 
 

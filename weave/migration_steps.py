@@ -35,6 +35,15 @@ def index_exists(conn, table: str, index: str) -> bool:
     )
 
 
+def check_exists(conn, table: str, name: str) -> bool:
+    return _has(
+        conn,
+        "SELECT COUNT(*) FROM information_schema.table_constraints WHERE constraint_schema = DATABASE() "
+        "AND table_name = %s AND constraint_name = %s AND constraint_type = 'CHECK'",
+        (table, name),
+    )
+
+
 def run(conn, sql: str) -> None:
     with conn.cursor() as cur:
         cur.execute(sql)
@@ -92,6 +101,12 @@ def modify_columns(table: str, columns, previous):
         return lambda conn: alter(conn, table, [f"MODIFY {n} {s}" for n, s in specs])
 
     return step(modify(columns), modify(previous))
+
+
+def add_checks(table: str, checks):
+    """Add the (name, CHECK expression) constraints the table lacks, in one ALTER (the server reads
+    every row once to check them); the rollback drops those it finds."""
+    return _add_missing(table, checks, check_exists, "ADD CONSTRAINT {name} CHECK ({spec})", "DROP CONSTRAINT {name}")
 
 
 def data(sql: str, rollback_sql: str | None = None):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from weave.statuses import Gate, InstanceStatus
+
 
 @dataclass(frozen=True)
 class Transition:
@@ -12,10 +14,11 @@ class Transition:
 
 
 # action -> (statuses it may start from, where it leads)
+RUNNING, PAUSED, NEEDS_REVIEW = InstanceStatus.RUNNING, InstanceStatus.PAUSED, InstanceStatus.NEEDS_REVIEW
 TRANSITIONS: dict[str, tuple[tuple[str, ...], Transition]] = {
-    "pause": (("RUNNING",), Transition("PAUSED", "CLOSED")),
-    "resume": (("PAUSED",), Transition("RUNNING", "OPEN")),
-    "cancel": (("RUNNING", "PAUSED", "NEEDS_REVIEW"), Transition("CANCELLED", "CLOSED")),
+    "pause": ((RUNNING,), Transition(PAUSED, Gate.CLOSED)),
+    "resume": ((PAUSED,), Transition(RUNNING, Gate.OPEN)),
+    "cancel": ((RUNNING, PAUSED, NEEDS_REVIEW), Transition(InstanceStatus.CANCELLED, Gate.CLOSED)),
 }
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-OPEN = "OPEN"
-CLOSED = "CLOSED"
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")  # instance statuses nothing ever leaves
+from weave.statuses import Gate, InstanceStatus
+
+OPEN = Gate.OPEN
+CLOSED = Gate.CLOSED
+# instance statuses nothing ever leaves
+TERMINAL = (InstanceStatus.SUCCEEDED, InstanceStatus.FAILED, InstanceStatus.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ SETTLED = "SETTLED"  # terminal instance: nothing more will ever start
 def new_work(facts: GateFacts) -> str:
     if facts.status in TERMINAL:
         return SETTLED
-    if facts.status != "RUNNING" or facts.gate != OPEN or facts.application_status != "ACTIVE":
+    if facts.status != InstanceStatus.RUNNING or facts.gate != OPEN or facts.application_status != "ACTIVE":
         return HOLD
     if facts.now >= facts.deadline_at:
         return DEADLINE_EXCEEDED

@@ -28,14 +28,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from weave.statuses import TaskStatus
+
 # What a round's report says (C1). A report is PENDING or FINAL; anything else is INVALID.
 PENDING = "PENDING"
 FINAL = "FINAL"
 INVALID = "INVALID"
 
 # Pulse outcomes of a round's task, and its states before that.
-QUEUED, RUNNING = "QUEUED", "RUNNING"
-SUCCEEDED, FAILED, CANCELLED, UNKNOWN = "SUCCEEDED", "FAILED", "CANCELLED", "UNKNOWN"
+QUEUED, RUNNING = TaskStatus.QUEUED, TaskStatus.RUNNING
+SUCCEEDED, FAILED, CANCELLED, UNKNOWN = (
+    TaskStatus.SUCCEEDED,
+    TaskStatus.FAILED,
+    TaskStatus.CANCELLED,
+    TaskStatus.UNKNOWN,
+)
 OPEN = (QUEUED, RUNNING)
 
 # Review reasons of a POLL step (docs/decisions.md).
