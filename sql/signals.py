@@ -350,7 +350,7 @@ FOR UPDATE
 """
 
 
-def pending_of_wait_locking(wait_id: int) -> tuple[str, tuple]:
+def locking_pending_of_wait(wait_id: int) -> tuple[str, tuple]:
     """The PENDING signals aimed at a locked wait's generation, locked, first accepted first
     (S2.2), without their payloads; a read for `Tx.all_together`, after the wait's lock."""
     return LOCK_PENDING_OF_WAIT, (wait_id,)

@@ -369,7 +369,12 @@ WHERE status = 'RUNNING' AND lease_expires_at <= %s
 ORDER BY lease_expires_at
 LIMIT %s
 """
-LOCK_TASK_SKIP_LOCKED = LOCK_TASK.replace("FOR UPDATE", "FOR UPDATE SKIP LOCKED")
+# Lease expiry skips a task a lease holder's report has locked: the next batch looks again.
+LOCK_TASK_SKIP_LOCKED = """
+SELECT id, namespace_id, queue_id, instance_id, activation_id, kind, status, attempt, max_attempts,
+       lease_token, lease_expires_at, deadline_at, cancel_requested, cancel_requested_at
+FROM tasks WHERE id = %s FOR UPDATE SKIP LOCKED
+"""
 
 
 def listing_expired_leases(now: datetime, limit: int) -> tuple[str, tuple]:

@@ -113,7 +113,7 @@ def consume_wait(tx: Tx, instance: dict, wait_id: int, actor: str) -> str:
     """
     # One round trip, in lock order: the activation, the wait, the generation's PENDING signals.
     activation_rows, wait_rows, pending = tx.all_together(
-        activations.locking_of_wait(wait_id), waits.locking(wait_id), signals.pending_of_wait_locking(wait_id)
+        activations.locking_of_wait(wait_id), waits.locking(wait_id), signals.locking_pending_of_wait(wait_id)
     )
     if not wait_rows:
         return "SETTLED"  # no such wait: nothing to decide

@@ -77,7 +77,7 @@ def look_at_poll(
         wait = waits.lock_of_activation(tx, activation["id"])
     waiting_wait = wait is not None and wait["status"] == "WAITING"
     if pending is None:
-        pending = tx.all_together(signals.pending_of_wait_locking(wait["id"]))[0] if waiting_wait else []
+        pending = tx.all_together(signals.locking_pending_of_wait(wait["id"]))[0] if waiting_wait else []
     current = tasks.lock_current_round(tx, activation["id"])
     now = tx.now()
     if not inbox_path and current["status"] not in poll.OPEN:
