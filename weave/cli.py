@@ -23,14 +23,20 @@ from prometheus_client import start_http_server
 
 from weave import auth, cli_client, logs, metrics, migrate, server
 from weave.config import (
+    BODIES_BUFFERED,
+    DEFAULT_HEADER_TIMEOUT_SECONDS,
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_MIN_BODY_RATE,
     DEFAULT_PORT,
     DEFAULT_THREADS,
     Config,
+    body_buffer_bytes_from_env,
+    header_timeout_from_env,
     idle_timeout_from_env,
     max_body_bytes_from_env,
     max_waiting_claims_from_env,
+    min_body_rate_from_env,
 )
 from weave.db import DEFAULT_POOL_SIZE, Database, DatabaseError, DatabaseUrl
 from weave.errors import Code, WeaveError
@@ -225,6 +231,9 @@ def _server_config(args, url: DatabaseUrl) -> Config:
         max_waiting_claims=max_waiting_claims_from_env()
         if args.max_waiting_claims is None
         else args.max_waiting_claims,
+        header_timeout_seconds=args.header_timeout or header_timeout_from_env(),
+        min_body_rate=args.min_body_rate or min_body_rate_from_env(),
+        body_buffer_bytes=args.body_buffer_bytes or body_buffer_bytes_from_env(),
     )
 
 
@@ -483,6 +492,29 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="SECONDS",
             help="close a connection that has sent nothing for this long with no request in progress "
             f"(default: $WEAVE_IDLE_TIMEOUT or {DEFAULT_IDLE_TIMEOUT_SECONDS})",
+        )
+        p.add_argument(
+            "--header-timeout",
+            type=_positive,
+            default=None,
+            metavar="SECONDS",
+            help="close a connection whose request line and headers have not all arrived this long after "
+            f"the request's first byte (default: $WEAVE_HEADER_TIMEOUT or {DEFAULT_HEADER_TIMEOUT_SECONDS})",
+        )
+        p.add_argument(
+            "--min-body-rate",
+            type=_positive,
+            default=None,
+            metavar="BYTES_PER_SECOND",
+            help="close a connection whose request body arrives slower than this "
+            f"(default: $WEAVE_MIN_BODY_RATE or {DEFAULT_MIN_BODY_RATE})",
+        )
+        p.add_argument(
+            "--body-buffer-bytes",
+            type=_positive,
+            default=None,
+            help="request bodies one process holds at once, in memory and temporary files; a body beyond "
+            f"it gets 503 (default: $WEAVE_BODY_BUFFER_BYTES or {BODIES_BUFFERED} times --max-body-bytes)",
         )
         p.add_argument(
             "--max-waiting-claims",

@@ -82,6 +82,12 @@ TASK_CLAIMS = Counter(
     ["result"],
 )
 TASKS_COMPLETED = Counter("weave_tasks_completed_total", "Task outcomes reported by workers", ["outcome"])
+CONNECTIONS_CLOSED = Counter(
+    "weave_http_connections_closed_total",
+    "Connections closed by the server before their request reached the application, by reason: "
+    "header_timeout, slow_body, evicted (at the connection limit), body_buffer_full (answered 503)",
+    ["reason"],
+)
 LEASES_LOST = Counter(
     "weave_tasks_leases_lost_total", "Heartbeats and completions refused with LEASE_LOST", ["operation"]
 )
@@ -118,6 +124,7 @@ API_METRICS = (
     TASK_CLAIMS,
     TASKS_COMPLETED,
     LEASES_LOST,
+    CONNECTIONS_CLOSED,
     DB_RETRIES,
     DB_UNAVAILABLE,
     POOL_MAX,
