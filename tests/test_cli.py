@@ -330,6 +330,10 @@ def test_body_cap_comes_from_the_environment_or_the_default(monkeypatch):
         (("dev", "--port", "-1"), "argument --port: '-1': must be a whole number from 0 to 65535"),
         (("serve", "--threads", "0"), "argument --threads: '0': must be a whole number from 1 to 2147483647"),
         (
+            ("serve", "--metrics-port", "65536"),
+            "argument --metrics-port: '65536': must be a whole number from 0 to 65535",
+        ),
+        (
             ("scan", "--idle-seconds", "nan"),
             "argument --idle-seconds: 'nan': must be a number of seconds from 0 to 3600",
         ),
@@ -381,6 +385,12 @@ def test_connection_limits_come_from_the_flag_the_environment_or_the_default(
         monkeypatch.setenv(variable, bad)
         with pytest.raises(SystemExit, match=variable):
             configured("serve")
+
+
+def test_issue_26_9_the_metrics_port_cannot_be_the_api_port(monkeypatch, capsys):
+    monkeypatch.setenv("WEAVE_DATABASE_URL", "mysql://u@127.0.0.1:1/never_reached")
+    assert main(["serve", "--port", "8080", "--metrics-port", "8080"]) == 2
+    assert capsys.readouterr().err == "weave: --metrics-port 8080 is the API's own port on 127.0.0.1\n"
 
 
 def test_issue_26_5_the_body_buffer_follows_the_body_cap_and_holds_one_body_at_least(monkeypatch, capsys):

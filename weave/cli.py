@@ -238,7 +238,12 @@ def _server_config(args, url: DatabaseUrl) -> Config:
 
 
 def cmd_serve(args) -> int:
-    server.serve(_server_config(args, args.database_url), args.host, args.port, args.processes)
+    metrics_address = None if args.metrics_port is None else (args.metrics_host, args.metrics_port)
+    if metrics_address == (args.host, args.port) and args.port != 0:
+        # with --processes N every socket is SO_REUSEPORT: the two would share the port, not refuse it
+        print(f"weave: --metrics-port {args.port} is the API's own port on {args.host}", file=sys.stderr)
+        return 2
+    server.serve(_server_config(args, args.database_url), args.host, args.port, args.processes, metrics_address)
     return 0
 
 
@@ -463,10 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=THREADS,
         help=f"candidates processed at once (default: {THREADS}); their commits share the log flushes",
     )
-    p.add_argument(
-        "--metrics-port", type=_port, default=None, help="serve Prometheus metrics on this port (default: none)"
-    )
-    p.add_argument("--metrics-host", default=DEFAULT_HOST, help=f"address of --metrics-port (default: {DEFAULT_HOST})")
+    _metrics_arguments(p, "serve Prometheus metrics on this port (default: none)")
     _log_format_argument(p, "json")
     p.set_defaults(run=cmd_scan)
 
@@ -539,6 +541,9 @@ def build_parser() -> argparse.ArgumentParser:
                 default=1,
                 help="API worker processes sharing the port (a Python process runs on one core)",
             )
+            _metrics_arguments(
+                p, "serve GET /metrics on this port, for every process, instead of on --port (default: on --port)"
+            )
         p.set_defaults(run=run)
 
     admin = commands.add_parser("admin", help="namespaces, queues, applications, credentials")
@@ -592,6 +597,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_client.add_commands(commands)
     return parser
+
+
+def _metrics_arguments(p: argparse.ArgumentParser, port_help: str) -> None:
+    p.add_argument("--metrics-port", type=_port, default=None, help=port_help)
+    p.add_argument("--metrics-host", default=DEFAULT_HOST, help=f"address of --metrics-port (default: {DEFAULT_HOST})")
 
 
 def _log_format_argument(p: argparse.ArgumentParser, default: str) -> None:

@@ -33,7 +33,10 @@ is still the deployment for the internet (docs/operations.md).
 Metrics. With several processes, each keeps its metric values in files of one directory that
 `weave serve` creates empty at start and removes when it stops (prometheus_client's multiprocess
 mode), so that /metrics, whichever process answers, sums them all; the files of a worker that
-ended stop counting in its gauges, not in its counters. One process keeps them in memory.
+ended stop counting in its gauges, not in its counters. One process keeps them in memory. With
+`--metrics-port`, /metrics is served on that port alone (issue 26, item 9): every worker gets a
+listening socket of it beside the API's, and serves it from a WeaveServer loop of its own in a
+thread (`_serve_metrics`).
 
 Errors (item 9). waitress answers some requests itself, before the application runs; `create_server`
 makes those answers problem+json too (see ProblemErrorTask).
@@ -41,6 +44,7 @@ makes those answers problem+json too (see ProblemErrorTask).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import math
@@ -105,31 +109,51 @@ WAITRESS_BODY_LIMIT_FACTOR = 2
 # file; the pool's connections; and a reserve (listener, wake-up pipe, standard streams, logs).
 FILES_PER_CONNECTION = 2
 FILES_RESERVED = 64
-POOL_SPARE = 4  # database connections beyond one per thread (readiness checks, the authenticator)
+POOL_SPARE = 4  # database connections beyond one per thread (readiness checks, the authenticator, the backlog)
+# `weave serve --metrics-port`: Prometheus scrapes one process at a time, a few scrapers at most.
+METRICS_THREADS = 2
+METRICS_CONNECTION_LIMIT = 64
 DETAIL_CHARS = 200  # waitress's own messages are short; the answer and the log need no more of one
 
 
-def serve(config: Config, host: str, port: int, processes: int = 1) -> None:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+def serve(
+    config: Config, host: str, port: int, processes: int = 1, metrics_address: tuple[str, int] | None = None
+) -> None:
+    """Serve the API on `host:port` in `processes` processes; with `metrics_address`, /metrics on
+    that address instead of the API's port."""
+    api = _listeners(host, port, processes)
+    scrapes = _listeners(*metrics_address, processes) if metrics_address else [None] * processes
     if processes == 1:
-        _run_worker(socket.create_server((host, port), family=family, backlog=BACKLOG), config)
+        _run_worker(api[0], scrapes[0], config)
         return
     # A directory of this run's own: files of an earlier run (even one that was killed) never count.
     directory = tempfile.mkdtemp(prefix="weave-metrics-")
     try:
         metrics.use_multiprocess(directory)
-        _supervise(config, host, port, processes, family)
+        _supervise(config, list(zip(api, scrapes)))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _supervise(config: Config, host: str, port: int, processes: int, family: socket.AddressFamily) -> None:
-    """Fork a worker per listening socket and replace those that end, until SIGTERM or SIGINT."""
+def _listeners(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` listening sockets on `host:port`: one, or one per worker sharing the port (SO_REUSEPORT)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listeners = []
-    for _ in range(processes):
-        listeners.append(socket.create_server((host, port), family=family, backlog=BACKLOG, reuse_port=True))
-        port = listeners[0].getsockname()[1]  # port 0 picked a free port: the others join it
-    workers: dict[int, socket.socket] = {}
+    try:
+        for _ in range(count):
+            listeners.append(socket.create_server((host, port), family=family, backlog=BACKLOG, reuse_port=count > 1))
+            port = listeners[0].getsockname()[1]  # port 0 picked a free port: the others join it
+    except OSError as exc:
+        raise SystemExit(f"weave: cannot listen on {host}:{port}: {exc}") from None
+    return listeners
+
+
+Sockets = tuple[socket.socket, socket.socket | None]  # a worker's: the API's listener, the metrics port's
+
+
+def _supervise(config: Config, sockets: list[Sockets]) -> None:
+    """Fork a worker per pair of listening sockets and replace those that end, until SIGTERM or SIGINT."""
+    workers: dict[int, Sockets] = {}
     stopping = False
 
     def stop(signum, frame):
@@ -140,17 +164,17 @@ def _supervise(config: Config, host: str, port: int, processes: int, family: soc
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    for listener in listeners:
-        workers[_fork_worker(listener, config)] = listener
+    for pair in sockets:
+        workers[_fork_worker(pair, config)] = pair
     while workers:
         pid, status = os.wait()
         metrics.process_ended(pid)
-        listener = workers.pop(pid, None)
-        if listener is not None and not stopping:
+        pair = workers.pop(pid, None)
+        if pair is not None and not stopping:
             log.error("API worker %d ended (wait status %d); starting another", pid, status)
             time.sleep(RESTART_PAUSE_SECONDS)
             if not stopping:  # SIGTERM may have come during the pause
-                workers[_fork_worker(listener, config)] = listener
+                workers[_fork_worker(pair, config)] = pair
 
 
 def create_server(app, listener: socket.socket, config: Config, connection_limit: int = CONNECTION_LIMIT):
@@ -489,17 +513,18 @@ class HotThreadsFirst(ThreadedTaskDispatcher):
         self.queue_cv = LastInFirstOut(self.lock)
 
 
-def _fit_file_limit(connections: int, pool: int) -> int:
-    """Raise the soft RLIMIT_NOFILE (never above the hard one) so that `connections` fit beside a
-    pool of `pool` database connections; the number of connections that fit."""
-    needed = connections * FILES_PER_CONNECTION + pool + FILES_RESERVED
+def _fit_file_limit(connections: int, others: int) -> int:
+    """Raise the soft RLIMIT_NOFILE (never above the hard one) so that `connections` fit beside
+    `others` descriptors (the database pool, the metrics port's connections); the number of
+    connections that fit."""
+    needed = connections * FILES_PER_CONNECTION + others + FILES_RESERVED
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return connections
     if soft < needed:
         soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    fitting = (soft - pool - FILES_RESERVED) // FILES_PER_CONNECTION
+    fitting = (soft - others - FILES_RESERVED) // FILES_PER_CONNECTION
     if fitting < connections:
         log.warning(
             "the file descriptor limit (%d, hard %d) fits %d connections, not %d: raise the hard limit",
@@ -512,20 +537,37 @@ def _fit_file_limit(connections: int, pool: int) -> int:
     return connections
 
 
-def _run_worker(listener: socket.socket, config: Config) -> None:
-    """Serve the API on `listener` in this process, with its own connection pool."""
+def _run_worker(listener: socket.socket, metrics_listener: socket.socket | None, config: Config) -> None:
+    """Serve the API on `listener` in this process, with its own connection pool, and /metrics on
+    `metrics_listener` when there is one (else on the API's port)."""
     from weave.app import create_app
 
     pool = config.threads + POOL_SPARE
-    connections = _fit_file_limit(CONNECTION_LIMIT, pool)
-    app = create_app(config, Database(DatabaseUrl.parse(config.database_url), pool_size=pool))
+    scrapers = METRICS_CONNECTION_LIMIT * FILES_PER_CONNECTION if metrics_listener else 0
+    connections = _fit_file_limit(CONNECTION_LIMIT, pool + scrapers)
+    database = Database(DatabaseUrl.parse(config.database_url), pool_size=pool)
+    app = create_app(config, database, metrics_route=metrics_listener is None)
     server = create_server(app, listener, config, connections)
+    if metrics_listener is not None:
+        _serve_metrics(metrics_listener, database, config)
     host, port = listener.getsockname()[:2]
     log.info("serving on http://%s:%s (process %d, up to %d connections)", host, port, os.getpid(), connections)
     server.run()
 
 
-def _fork_worker(listener: socket.socket, config: Config) -> int:
+def _serve_metrics(listener: socket.socket, database: Database, config: Config) -> None:
+    """/metrics on `listener` from a loop of its own in a thread, with threads and connections of
+    its own: scrapes take none of the API's threads or connection slots."""
+    from weave.app import create_metrics_app
+
+    limits = dataclasses.replace(config, threads=METRICS_THREADS, max_waiting_claims=0)
+    server = create_server(create_metrics_app(database), listener, limits, METRICS_CONNECTION_LIMIT)
+    threading.Thread(target=server.run, name="metrics", daemon=True).start()
+    host, port = listener.getsockname()[:2]
+    log.info("metrics on http://%s:%s/metrics", host, port)
+
+
+def _fork_worker(sockets: Sockets, config: Config) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -535,7 +577,7 @@ def _fork_worker(listener: socket.socket, config: Config) -> int:
     die_with_parent()
     code = 0
     try:
-        _run_worker(listener, config)
+        _run_worker(*sockets, config)
     except BaseException:
         log.exception("API worker failed")
         code = 1
