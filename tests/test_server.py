@@ -489,6 +489,39 @@ def test_issue_26_5_healthz_answers_while_trickling_connections_hold_every_slot(
     assert closed > 0 and not held.answered
 
 
+def test_issue_26_5_making_room_at_the_limit_never_closes_a_request_being_served():
+    """A slow request (a long-poll) holds one of 20 slots while 30 trickling connections want the
+    rest: room is made for a new request from the trickling ones, never from the one being served."""
+
+    def app(environ, start_response):
+        if environ["PATH_INFO"] == "/slow":
+            time.sleep(3)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+        return [b"ok"]
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = create_server(app, listener, Config("unused", threads=2), connection_limit=20)
+    port = listener.getsockname()[1]
+    answers = []
+
+    def slow_request():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/slow")
+        answers.append(conn.getresponse().read())
+        conn.close()
+
+    with serving(server):
+        slow = threading.Thread(target=slow_request)
+        slow.start()
+        with Trickling(port, 30, b"GET / HTTP/1.1\r\n", b"X-Trickle: 1\r\n", every=0.5) as held:
+            time.sleep(1.5)
+            status, seconds = timed_get(port, "/")
+            slow.join(10)
+    assert answers == [b"ok"]
+    assert status == 200 and seconds < 2.0
+    assert held.closed_after and not held.answered
+
+
 def deleted_file_bytes() -> int:
     """Bytes of the deleted files this process holds open: waitress's temporary files of bodies."""
     total = 0

@@ -93,6 +93,7 @@ BODY_RATE_WINDOW_SECONDS = 5
 # EVICT_AFTER_SECONDS, so that a new connection gets the time to send its request.
 EVICT_BATCH = 32
 EVICT_AFTER_SECONDS = 1.0
+EVICT_RETRY_SECONDS = 0.1  # after a search that found none to close (each search reads every connection)
 LIMIT_WARNING_SECONDS = 60  # at most one log line a minute says the process is at its connection limit
 # The request line and headers. Weave's requests carry a token and an idempotency key; nginx's
 # default buffers refuse more than 32 KiB anyway. waitress's default (256 KiB) times the
@@ -405,6 +406,7 @@ class WeaveServer(TcpWSGIServer):
         self._backlog = select.poll()  # whether a connection waits to be accepted, without accepting it
         self._backlog.register(listener.fileno(), select.POLLIN)
         self._closing: list[Channel] = []  # closed to make room, not yet gone
+        self._next_room_search = -math.inf
         self._warned_at = -math.inf
 
     def readable(self) -> bool:
@@ -444,9 +446,9 @@ class WeaveServer(TcpWSGIServer):
 
     def _make_room(self) -> None:
         self._closing = [channel for channel in self._closing if channel.socket is not None]
-        if self._closing:
-            return  # those chosen last time go in this turn of the loop
         now, clock = time.time(), time.monotonic()
+        if self._closing or clock < self._next_room_search:
+            return  # those chosen last time go in this turn of the loop; or none could go a moment ago
         candidates = []
         for channel in self.active_channels.values():
             if channel.requests or channel.will_close or channel.close_when_flushed:
@@ -462,8 +464,10 @@ class WeaveServer(TcpWSGIServer):
         for _, _, channel in chosen:
             self._close(channel, "evicted")
         self._closing = [channel for _, _, channel in chosen]
-        if time.monotonic() - self._warned_at >= LIMIT_WARNING_SECONDS:
-            self._warned_at = time.monotonic()
+        if not chosen:  # every connection is being served or is new: look again in a while, not every turn
+            self._next_room_search = clock + EVICT_RETRY_SECONDS
+        elif clock - self._warned_at >= LIMIT_WARNING_SECONDS:
+            self._warned_at = clock
             log.warning(
                 "at the limit of %d connections with more waiting: closing those that waited longest for their "
                 "request (%d now; weave_http_connections_closed_total counts them)",
