@@ -1,8 +1,8 @@
 """Plain helpers that test modules import (`from helpers import ...`); fixtures stay in conftest.py.
 
 `Tenant`/`make_tenant` set up a namespace to test in, `Flow` drives workflows through the HTTP API
-and the scanner, `serving` runs a real waitress server in a thread, and the rest are definition
-documents and signal bodies that several tests share.
+and the scanner, `serving` runs a real waitress server in a thread (`read_answer` reads an answer
+off a raw socket), and the rest are definition documents and signal bodies that several tests share.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import random
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -112,6 +113,32 @@ def serving(server):
         server.task_dispatcher.shutdown()
         wasyncore.close_all(server._map)  # every connection and the listener: the loop then ends
         thread.join(10)
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+
+
+def read_answer(sock: socket.socket) -> Answer:
+    """One response read off a raw socket, framed by its Content-Length (every answer of Weave and
+    of waitress has one)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the server closed the connection before answering: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    length = int(headers["content-length"])
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection in the middle of a body"
+        body += chunk
+    return Answer(int(status_line.split()[1]), headers, body[:length])
 
 
 def make_tenant(database: Database, namespace: str, queues: dict[str, int]) -> Tenant:

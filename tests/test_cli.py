@@ -330,6 +330,10 @@ def test_body_cap_comes_from_the_environment_or_the_default(monkeypatch):
         (("dev", "--port", "-1"), "argument --port: '-1': must be a whole number from 0 to 65535"),
         (("serve", "--threads", "0"), "argument --threads: '0': must be a whole number from 1 to 2147483647"),
         (
+            ("serve", "--metrics-port", "65536"),
+            "argument --metrics-port: '65536': must be a whole number from 0 to 65535",
+        ),
+        (
             ("scan", "--idle-seconds", "nan"),
             "argument --idle-seconds: 'nan': must be a number of seconds from 0 to 3600",
         ),
@@ -351,26 +355,56 @@ def test_server_and_scanner_numbers_are_checked_too(monkeypatch, capsys, argv, r
     assert refused(capsys, *argv) == reason
 
 
-def test_issue_10_1_idle_timeout_comes_from_the_flag_the_environment_or_the_default(monkeypatch):
+@pytest.mark.parametrize(
+    "flag, variable, field, default",
+    [
+        ("--idle-timeout", "WEAVE_IDLE_TIMEOUT", "idle_timeout_seconds", 10),  # issue 10, item 1
+        ("--header-timeout", "WEAVE_HEADER_TIMEOUT", "header_timeout_seconds", 10),  # issue 26, item 5
+        ("--min-body-rate", "WEAVE_MIN_BODY_RATE", "min_body_rate", 16 * 1024),
+        ("--body-buffer-bytes", "WEAVE_BODY_BUFFER_BYTES", "body_buffer_bytes", 32 * 1024 * 1024),
+    ],
+)
+def test_connection_limits_come_from_the_flag_the_environment_or_the_default(
+    monkeypatch, flag, variable, field, default
+):
     from weave.cli import _server_config, build_parser
-    from weave.config import DEFAULT_IDLE_TIMEOUT_SECONDS, idle_timeout_from_env
     from weave.db import DatabaseUrl
 
-    def idle_timeout(*argv: str) -> int:
+    def configured(*argv: str) -> int:
         args = build_parser().parse_args(list(argv))
-        return _server_config(args, DatabaseUrl.parse("mysql://u:p@127.0.0.1:3306/db")).idle_timeout_seconds
+        return getattr(_server_config(args, DatabaseUrl.parse("mysql://u:p@127.0.0.1:3306/db")), field)
 
-    monkeypatch.delenv("WEAVE_IDLE_TIMEOUT", raising=False)
-    assert idle_timeout("serve") == DEFAULT_IDLE_TIMEOUT_SECONDS == 10
-    monkeypatch.setenv("WEAVE_IDLE_TIMEOUT", "3")
-    assert idle_timeout("serve") == idle_timeout("dev") == 3
-    assert idle_timeout("serve", "--idle-timeout", "5") == 5
+    monkeypatch.delenv(variable, raising=False)
+    assert configured("serve") == default
+    monkeypatch.setenv(variable, "3000000")
+    assert configured("serve") == configured("dev") == 3000000
+    assert configured("serve", flag, "5000000") == 5000000
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["serve", "--idle-timeout", "0"])
+        build_parser().parse_args(["serve", flag, "0"])
     for bad in ("0", "-1", "1.5", "soon"):
-        monkeypatch.setenv("WEAVE_IDLE_TIMEOUT", bad)
-        with pytest.raises(SystemExit, match="WEAVE_IDLE_TIMEOUT"):
-            idle_timeout_from_env()
+        monkeypatch.setenv(variable, bad)
+        with pytest.raises(SystemExit, match=variable):
+            configured("serve")
+
+
+def test_issue_26_9_the_metrics_port_cannot_be_the_api_port(monkeypatch, capsys):
+    monkeypatch.setenv("WEAVE_DATABASE_URL", "mysql://u@127.0.0.1:1/never_reached")
+    assert main(["serve", "--port", "8080", "--metrics-port", "8080"]) == 2
+    assert capsys.readouterr().err == "weave: --metrics-port 8080 is the API's own port on 127.0.0.1\n"
+
+
+def test_issue_26_5_the_body_buffer_follows_the_body_cap_and_holds_one_body_at_least(monkeypatch, capsys):
+    from weave.cli import _server_config, build_parser
+    from weave.db import DatabaseUrl
+
+    monkeypatch.delenv("WEAVE_BODY_BUFFER_BYTES", raising=False)
+    args = build_parser().parse_args(["serve", "--max-body-bytes", "4096"])
+    assert _server_config(args, DatabaseUrl.parse("mysql://u:p@127.0.0.1:3306/db")).body_buffer_bytes == 32 * 4096
+    monkeypatch.setenv("WEAVE_DATABASE_URL", "mysql://u@127.0.0.1:1/never_reached")
+    assert main(["serve", "--max-body-bytes", "4096", "--body-buffer-bytes", "4095"]) == 1
+    assert capsys.readouterr().err == (
+        "weave: the body buffer (4095 bytes) must hold at least one body at the cap (4096 bytes)\n"
+    )
 
 
 @pytest.mark.parametrize("document", [DEV_DEFINITION, DEV_POLL_DEFINITION], ids=["order", "shipment"])

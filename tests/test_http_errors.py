@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from dataclasses import dataclass
 
 import pytest
-from helpers import serving
+from helpers import Answer, read_answer, serving
 
 from weave.app import create_app
 from weave.config import Config
@@ -18,13 +17,6 @@ from weave.server import MAX_HEADER_BYTES, WAITRESS_BODY_LIMIT_FACTOR, create_se
 CAP = 4096
 DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}]}
 PROBLEM_FIELDS = {"type", "title", "status", "detail", "code", "errors"}
-
-
-@dataclass
-class Answer:
-    status: int
-    headers: dict[str, str]  # names in lower case
-    body: bytes
 
 
 @pytest.fixture
@@ -38,24 +30,6 @@ def port(config, database):
 
 def connect(port: int) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=10)
-
-
-def read_answer(sock: socket.socket) -> Answer:
-    """One response, framed by its Content-Length (every answer here has one)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"the server closed the connection before answering: {data!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
-    length = int(headers["content-length"])
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "the server closed the connection in the middle of a body"
-        body += chunk
-    return Answer(int(status_line.split()[1]), headers, body[:length])
 
 
 def exchange(port: int, request: bytes) -> Answer:

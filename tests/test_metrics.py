@@ -9,6 +9,7 @@ import base64
 import hashlib
 import http.client
 import json
+import math
 import os
 import signal
 import subprocess
@@ -30,11 +31,13 @@ from helpers import (
     weave_serve,
 )
 from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from weave import metrics
 from weave.db import Database
 from weave.devdb import free_port
+from weave.driver import DictCursor
 from weave.scanner import Scanner, backlog
 from weave.sql import tenancy
 from weave.sql.engine import moves
@@ -294,6 +297,136 @@ def test_a_database_that_does_not_answer_leaves_the_backlog_out_of_the_scrape():
     assert list(registry.collect()) == []
 
 
+# ---- the backlog is read at most once a second (issue 26, item 9) ----------------------------------
+
+
+class Statements:
+    """Counts the statements this process sends to the database (every connection's cursor)."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        self._lock = threading.Lock()
+        execute = DictCursor.execute
+
+        def counted(cursor, *args, **kwargs):
+            with self._lock:
+                self.count += 1
+            return execute(cursor, *args, **kwargs)
+
+        monkeypatch.setattr(DictCursor, "execute", counted)
+
+
+def test_issue_26_9_concurrent_scrapes_read_the_backlog_at_most_once_a_second(live_url, monkeypatch, wf, database):
+    """200 scrapes from 8 clients at once, on a real server of 8 threads: each has the backlog, and
+    the database was asked for it at most once per second they took, not 200 times."""
+    port = int(live_url.rsplit(":", 1)[1])
+    statements = Statements(monkeypatch)
+    database.attempt(backlog)
+    per_read, statements.count = statements.count, 0  # the candidate sources' reads, the review count, ROLLBACK
+    lags = []
+
+    def scrapes():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        for _ in range(25):
+            conn.request("GET", "/metrics")
+            scraped = parse(conn.getresponse().read().decode())
+            lags.append(value(scraped, "weave_scanner_lag_seconds", source="checkpoint"))
+        conn.close()
+
+    started = time.monotonic()
+    clients = [threading.Thread(target=scrapes) for _ in range(8)]
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join(60)
+    seconds = time.monotonic() - started
+    print(f"200 scrapes in {seconds:.2f} s: {statements.count} statements ({per_read} per read of the backlog)")
+    assert len(lags) == 200 and all(lag == 0.0 for lag in lags)  # order-1's checkpoint is due now: lag 0
+    assert statements.count <= per_read * (math.floor(seconds / metrics.BACKLOG_MAX_AGE_SECONDS) + 1)
+
+
+def test_issue_26_9_the_backlog_is_read_anew_once_a_second_old_one_read_at_a_time():
+    now = [100.0]
+    reads = []
+    release = threading.Event()
+
+    def read():
+        reads.append(now[0])
+        release.wait(10)
+        return {"lag_seconds": {"inbox": float(len(reads))}, "needs_review": {}}
+
+    backlog = metrics.Backlog(read, clock=lambda: now[0])
+    scrapes = [threading.Thread(target=lambda: list(backlog.collect())) for _ in range(5)]
+    for scrape_ in scrapes:
+        scrape_.start()
+    wait_until(lambda: reads, timeout=5)
+    time.sleep(0.1)  # the other four scrapes wait for that read, none starts its own
+    release.set()
+    for scrape_ in scrapes:
+        scrape_.join(10)
+    assert reads == [100.0]
+
+    def lag() -> float:
+        return next(family for family in backlog.collect() if family.name == metrics.LAG).samples[0].value
+
+    now[0] += 0.9
+    assert lag() == 1.0 and len(reads) == 1  # read 0.9 s ago: the same figures
+    now[0] += 0.1
+    assert lag() == 2.0 and reads == [100.0, 101.0]
+
+
+def test_issue_26_9_a_database_that_does_not_answer_is_asked_once_a_second_not_per_scrape():
+    now = [0.0]
+    attempts = []
+
+    def unreachable():
+        attempts.append(now[0])
+        raise ConnectionRefusedError
+
+    backlog = metrics.Backlog(unreachable, clock=lambda: now[0])
+    assert list(backlog.collect()) == [] and list(backlog.collect()) == []
+    now[0] += 1.0
+    assert list(backlog.collect()) == []
+    assert attempts == [0.0, 1.0]
+
+
+def test_issue_26_9_scrapes_that_come_together_share_one_rendering_begun_after_they_came():
+    """One scrape renders while four arrive: they wait for the next rendering (theirs must begin
+    after they came, so that it counts everything before them) and share it; a scrape alone gets
+    its own."""
+    renderings = []
+    release = threading.Event()
+
+    class Renderings:  # a collector whose one figure is how often it was collected
+        def collect(self):
+            renderings.append(threading.get_ident())
+            if len(renderings) == 1:
+                release.wait(10)
+            yield GaugeMetricFamily("renderings", "renderings so far", value=len(renderings))
+
+    exposed = metrics.CollectorRegistry()
+    exposed.register(Renderings())
+    exposition = metrics.Exposition(exposed)
+    texts: dict[str, bytes] = {}
+
+    def scrape_as(name: str) -> threading.Thread:
+        thread = threading.Thread(target=lambda: texts.__setitem__(name, exposition.text()))
+        thread.start()
+        return thread
+
+    first = scrape_as("first")
+    wait_until(lambda: renderings, timeout=5)
+    together = [scrape_as(f"together-{i}") for i in range(4)]
+    time.sleep(0.1)  # they wait: none renders while the first does
+    release.set()
+    for thread in [first, *together]:
+        thread.join(10)
+    assert len(renderings) == 2
+    assert value(parse(texts.pop("first").decode()), "renderings") == 1
+    assert {value(parse(text.decode()), "renderings") for text in texts.values()} == {2}
+    assert value(parse(exposition.text().decode()), "renderings") == 3
+
+
 def test_every_metric_api_processes_record_has_labels():
     """Multiprocess mode is chosen after import (weave.metrics.use_multiprocess)."""
     assert all(metric._labelnames for metric in metrics.API_METRICS)
@@ -461,7 +594,8 @@ def test_the_lag_rises_while_no_scanner_runs_and_falls_once_one_caught_up(flow, 
             assert value(scraped, "weave_scanner_candidates_total", source="checkpoint") == 5
             assert value(scraped, "weave_scanner_batches_total") >= 1
             assert value(scraped, "weave_scanner_lag_seconds", source="inbox") == 0.0
-            assert lag(scrape_port(port)) == 0.0
+            # The API read its backlog at most a second ago (issue 26, item 9): within a second more, no lag.
+            wait_until(lambda: lag(scrape_port(port)) == 0.0, timeout=1 + metrics.BACKLOG_MAX_AGE_SECONDS)
         finally:
             scanner.send_signal(signal.SIGTERM)
             _, err = scanner.communicate(timeout=30)
@@ -469,6 +603,37 @@ def test_the_lag_rises_while_no_scanner_runs_and_falls_once_one_caught_up(flow, 
     lines = [json.loads(line) for line in err.splitlines()]
     assert lines[0]["message"] == f"metrics on http://127.0.0.1:{metrics_port}/metrics"
     assert sum(line["done"] for line in lines if line.get("event") == "scan_batch") == 5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [1, 2])
+def test_issue_26_9_weave_serve_metrics_port_serves_metrics_for_every_process_and_the_api_port_none(
+    migrated_url, database, processes
+):
+    """`weave serve [--processes 2] --metrics-port P`: /metrics on P, whichever process answers,
+    sums every process's requests and has the backlog; the API's port answers /metrics 404 like
+    any path it does not serve."""
+    metrics_port = free_port()
+    with weave_serve(
+        migrated_url,
+        *("--processes", str(processes), "--threads", "4", "--metrics-port", str(metrics_port)),
+        stderr=subprocess.PIPE,
+    ) as (parent, port):
+        if processes > 1:
+            wait_until(lambda: len(workers_of(parent.pid)) == processes, timeout=20)
+        for _ in range(10):
+            assert call(port, "GET", "/healthz")[0] == 200
+        status, problem, _ = call(port, "GET", "/metrics")
+        assert (status, problem["code"]) == (404, "NOT_FOUND")
+        for _ in range(6):  # on new connections: both processes answer some of them
+            scraped = scrape_port(metrics_port)
+            assert value(scraped, "weave_http_requests_total", route="/healthz", method="GET", status="200") == 10
+            assert value(scraped, "weave_http_requests_total", route="unrouted", method="GET", status="404") == 1
+            assert ("weave_scanner_lag_seconds", (("source", "inbox"),)) in scraped
+        parent.terminate()
+        _, err = parent.communicate(timeout=20)
+    announced = [json.loads(line)["message"] for line in err.decode().splitlines()]
+    assert announced.count(f"metrics on http://127.0.0.1:{metrics_port}/metrics") == processes  # one line each
 
 
 def scanner_says(port: int, name: str, **labels) -> float:

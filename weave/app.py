@@ -16,12 +16,12 @@ from weave.resources.openapi import OpenApiDocument
 N = "/v1/namespaces/{namespace}"
 
 
-def routes(database: Database, config: Config) -> list[tuple[str, object]]:
+def routes(database: Database, config: Config, metrics_route: bool = True) -> list[tuple[str, object]]:
     limit = config.max_body_bytes
     return [
         ("/healthz", health.Health()),
         ("/readyz", health.Ready(database)),
-        ("/metrics", Metrics(metrics.registry(lambda: database.attempt(scanner.backlog)))),
+        *([("/metrics", _metrics(database))] if metrics_route else []),
         (f"{N}/definitions", definitions.DefinitionCollection(database, limit)),
         (f"{N}/definitions/{{name}}/versions/{{version:int(min=1)}}", definitions.DefinitionVersion(database)),
         (f"{N}/workflows", workflows.WorkflowCollection(database, limit)),
@@ -40,14 +40,29 @@ def routes(database: Database, config: Config) -> list[tuple[str, object]]:
     ]
 
 
-def create_app(config: Config, database: Database | None = None) -> falcon.App:
+def _metrics(database: Database) -> Metrics:
+    return Metrics(metrics.registry(lambda: database.attempt(scanner.backlog)))
+
+
+def create_app(config: Config, database: Database | None = None, metrics_route: bool = True) -> falcon.App:
+    """The API; without `metrics_route` it serves no /metrics (`weave serve --metrics-port` serves
+    it on a port of its own, `create_metrics_app`)."""
     database = database or Database(config.database_url)
     app = falcon.App(middleware=[RequestId(), Observe(), BodyCap(config.max_body_bytes), Authenticate(database)])
     app.req_options.strip_url_path_trailing_slash = True
     document = OpenApiDocument()
-    served = routes(database, config) + [("/v1/openapi.json", document)]
+    served = routes(database, config, metrics_route) + [("/v1/openapi.json", document)]
     for path, resource in served + console.routes(database, config):  # the console is HTML, not in the document
         app.add_route(path, resource)
     document.document = openapi.build(served)
+    errors.install(app)
+    return app
+
+
+def create_metrics_app(database: Database) -> falcon.App:
+    """GET /metrics alone, for `weave serve --metrics-port`: the same figures as the API's /metrics,
+    counted and logged like any request; every other path is 404."""
+    app = falcon.App(middleware=[RequestId(), Observe()])
+    app.add_route("/metrics", _metrics(database))
     errors.install(app)
     return app

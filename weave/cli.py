@@ -23,14 +23,20 @@ from prometheus_client import start_http_server
 
 from weave import auth, cli_client, logs, metrics, migrate, server
 from weave.config import (
+    BODIES_BUFFERED,
+    DEFAULT_HEADER_TIMEOUT_SECONDS,
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_MIN_BODY_RATE,
     DEFAULT_PORT,
     DEFAULT_THREADS,
     Config,
+    body_buffer_bytes_from_env,
+    header_timeout_from_env,
     idle_timeout_from_env,
     max_body_bytes_from_env,
     max_waiting_claims_from_env,
+    min_body_rate_from_env,
 )
 from weave.db import DEFAULT_POOL_SIZE, Database, DatabaseError
 from weave.dburl import DatabaseUrl
@@ -226,11 +232,19 @@ def _server_config(args, url: DatabaseUrl) -> Config:
         max_waiting_claims=max_waiting_claims_from_env()
         if args.max_waiting_claims is None
         else args.max_waiting_claims,
+        header_timeout_seconds=args.header_timeout or header_timeout_from_env(),
+        min_body_rate=args.min_body_rate or min_body_rate_from_env(),
+        body_buffer_bytes=args.body_buffer_bytes or body_buffer_bytes_from_env(),
     )
 
 
 def cmd_serve(args) -> int:
-    server.serve(_server_config(args, args.database_url), args.host, args.port, args.processes)
+    metrics_address = None if args.metrics_port is None else (args.metrics_host, args.metrics_port)
+    if metrics_address == (args.host, args.port) and args.port != 0:
+        # with --processes N every socket is SO_REUSEPORT: the two would share the port, not refuse it
+        print(f"weave: --metrics-port {args.port} is the API's own port on {args.host}", file=sys.stderr)
+        return 2
+    server.serve(_server_config(args, args.database_url), args.host, args.port, args.processes, metrics_address)
     return 0
 
 
@@ -455,10 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=THREADS,
         help=f"candidates processed at once (default: {THREADS}); their commits share the log flushes",
     )
-    p.add_argument(
-        "--metrics-port", type=_port, default=None, help="serve Prometheus metrics on this port (default: none)"
-    )
-    p.add_argument("--metrics-host", default=DEFAULT_HOST, help=f"address of --metrics-port (default: {DEFAULT_HOST})")
+    _metrics_arguments(p, "serve Prometheus metrics on this port (default: none)")
     _log_format_argument(p, "json")
     p.set_defaults(run=cmd_scan)
 
@@ -486,6 +497,29 @@ def build_parser() -> argparse.ArgumentParser:
             f"(default: $WEAVE_IDLE_TIMEOUT or {DEFAULT_IDLE_TIMEOUT_SECONDS})",
         )
         p.add_argument(
+            "--header-timeout",
+            type=_positive,
+            default=None,
+            metavar="SECONDS",
+            help="close a connection whose request line and headers have not all arrived this long after "
+            f"the request's first byte (default: $WEAVE_HEADER_TIMEOUT or {DEFAULT_HEADER_TIMEOUT_SECONDS})",
+        )
+        p.add_argument(
+            "--min-body-rate",
+            type=_positive,
+            default=None,
+            metavar="BYTES_PER_SECOND",
+            help="close a connection whose request body arrives slower than this "
+            f"(default: $WEAVE_MIN_BODY_RATE or {DEFAULT_MIN_BODY_RATE})",
+        )
+        p.add_argument(
+            "--body-buffer-bytes",
+            type=_positive,
+            default=None,
+            help="request bodies one process holds at once, in memory and temporary files; a body beyond "
+            f"it gets 503 (default: $WEAVE_BODY_BUFFER_BYTES or {BODIES_BUFFERED} times --max-body-bytes)",
+        )
+        p.add_argument(
             "--max-waiting-claims",
             type=_non_negative,
             default=None,
@@ -507,6 +541,9 @@ def build_parser() -> argparse.ArgumentParser:
                 type=_positive,
                 default=1,
                 help="API worker processes sharing the port (a Python process runs on one core)",
+            )
+            _metrics_arguments(
+                p, "serve GET /metrics on this port, for every process, instead of on --port (default: on --port)"
             )
         p.set_defaults(run=run)
 
@@ -561,6 +598,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_client.add_commands(commands)
     return parser
+
+
+def _metrics_arguments(p: argparse.ArgumentParser, port_help: str) -> None:
+    p.add_argument("--metrics-port", type=_port, default=None, help=port_help)
+    p.add_argument("--metrics-host", default=DEFAULT_HOST, help=f"address of --metrics-port (default: {DEFAULT_HOST})")
 
 
 def _log_format_argument(p: argparse.ArgumentParser, default: str) -> None:

@@ -18,6 +18,23 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # takes hundreds of new connections per second. A proxy in front must drop its idle upstream
 # connections sooner (docs/operations.md).
 DEFAULT_IDLE_TIMEOUT_SECONDS = 10
+# A request's line and headers must have arrived this many seconds after its first byte (blank lines
+# before it included), however steadily they trickle in: the idle timeout never cuts a client that
+# sends a header line every few seconds (slowloris, issue 26). Clients send their headers in one
+# packet; 10 s is far above a slow link's round trips and equal to the idle timeout.
+DEFAULT_HEADER_TIMEOUT_SECONDS = 10
+# A body must arrive at least this fast (bytes per second, over each window of
+# `weave.server.BODY_RATE_WINDOW_SECONDS`): a body at the default cap gets about a minute, a
+# 64 kbit/s link passes, and a client holding a buffered body open byte by byte is cut.
+DEFAULT_MIN_BODY_RATE = 16 * 1024
+# Bodies a process holds at once (waitress buffers each whole before the application runs, in memory
+# up to 512 KiB, then in a temporary file), in units of the body cap: 32 MiB of memory and temporary
+# disk at the default cap. A body beyond it is answered 503 with Retry-After (weave.server).
+BODIES_BUFFERED = 32
+
+
+def default_body_buffer_bytes(max_body_bytes: int) -> int:
+    return BODIES_BUFFERED * max_body_bytes
 
 
 def default_max_waiting_claims(threads: int) -> int:
@@ -42,10 +59,22 @@ class Config:
     threads: int = DEFAULT_THREADS
     idle_timeout_seconds: int = DEFAULT_IDLE_TIMEOUT_SECONDS
     max_waiting_claims: int | None = None  # claims long-polling at once per process; None: half of `threads`
+    header_timeout_seconds: int = DEFAULT_HEADER_TIMEOUT_SECONDS
+    min_body_rate: int = DEFAULT_MIN_BODY_RATE  # bytes per second
+    body_buffer_bytes: int | None = (
+        None  # request bodies held at once per process; None: BODIES_BUFFERED bodies at the cap
+    )
 
     def __post_init__(self) -> None:
         if self.max_waiting_claims is None:
             object.__setattr__(self, "max_waiting_claims", default_max_waiting_claims(self.threads))
+        if self.body_buffer_bytes is None:
+            object.__setattr__(self, "body_buffer_bytes", default_body_buffer_bytes(self.max_body_bytes))
+        if self.body_buffer_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"the body buffer ({self.body_buffer_bytes} bytes) must hold at least one body at the cap "
+                f"({self.max_body_bytes} bytes)"
+            )
         if not 0 <= self.max_waiting_claims < self.threads:
             raise ValueError(
                 f"at most {self.threads - 1} waiting claims with {self.threads} server threads "
@@ -73,7 +102,22 @@ def idle_timeout_from_env() -> int:
     return _positive_from_env("WEAVE_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT_SECONDS)
 
 
-def _positive_from_env(name: str, default: int) -> int:
+def header_timeout_from_env() -> int:
+    """WEAVE_HEADER_TIMEOUT (seconds), or the default: how long `weave serve` and `weave dev` give a request's headers."""
+    return _positive_from_env("WEAVE_HEADER_TIMEOUT", DEFAULT_HEADER_TIMEOUT_SECONDS)
+
+
+def min_body_rate_from_env() -> int:
+    """WEAVE_MIN_BODY_RATE (bytes per second), or the default: the slowest body `weave serve` and `weave dev` wait for."""
+    return _positive_from_env("WEAVE_MIN_BODY_RATE", DEFAULT_MIN_BODY_RATE)
+
+
+def body_buffer_bytes_from_env() -> int | None:
+    """WEAVE_BODY_BUFFER_BYTES, or None (BODIES_BUFFERED bodies at the cap): the bodies one process holds at once."""
+    return _positive_from_env("WEAVE_BODY_BUFFER_BYTES", None)
+
+
+def _positive_from_env(name: str, default: int | None) -> int | None:
     raw = os.environ.get(name)
     if raw is None:
         return default

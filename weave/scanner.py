@@ -17,7 +17,8 @@ It stops after the current transaction on SIGTERM/SIGINT.
 
 It logs one line per batch that did something and records its metrics (`weave.metrics`; served by
 `weave scan --metrics-port P`). Its lag, the age of the oldest due candidate of each source, is
-read by `backlog` with each source's own candidate query, whenever metrics are scraped.
+read by `backlog` with each source's own candidate query when metrics are scraped, at most once a
+second per process (`weave.metrics.Backlog`).
 """
 
 from __future__ import annotations
