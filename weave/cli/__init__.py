@@ -10,7 +10,6 @@ starts a private server in ./.weave/ when neither is given.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from weave import auth, logs, migrate
@@ -55,11 +54,6 @@ from weave.config import (
 from weave.db import DatabaseError
 from weave.errors import WeaveError
 from weave.scanner import IDLE_SECONDS, THREADS
-
-log = logging.getLogger("weave.cli")
-
-log = logging.getLogger("weave.cli")
-
 
 # ---- parser --------------------------------------------------------------------------------------
 

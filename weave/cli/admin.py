@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-
 from weave import auth, migrate
 from weave.cli.args import _print
 from weave.db import Database
 from weave.scanner import backlog
 from weave.sql import tenancy
-
-log = logging.getLogger("weave.cli")
-
-log = logging.getLogger("weave.cli")
 
 
 def cmd_migrate(args) -> int:

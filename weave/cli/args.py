@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
 import re
 
 from weave.db import DEFAULT_POOL_SIZE
 from weave.dburl import DatabaseUrl
-
-log = logging.getLogger("weave.cli")
-
-log = logging.getLogger("weave.cli")
-
 
 # ---- argument checks --------------------------------------------------------------------------------
 # Every argument is checked while the command line is parsed, before any database work: a refusal

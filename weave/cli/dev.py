@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import shlex
 import sys
 import threading
@@ -16,11 +15,6 @@ from weave.dburl import DatabaseUrl
 from weave.errors import Code, WeaveError
 from weave.scanner import Scanner
 from weave.sql import definitions, tenancy
-
-log = logging.getLogger("weave.cli")
-
-log = logging.getLogger("weave.cli")
-
 
 DEV_DIR = Path(".weave")
 DEV_NAMESPACE = "demo"

@@ -25,8 +25,6 @@ from weave.scanner import Scanner, backlog
 
 log = logging.getLogger("weave.cli")
 
-log = logging.getLogger("weave.cli")
-
 
 def _server_config(args, url: DatabaseUrl) -> Config:
     """What `serve` and `dev` give each API process: flags first, then the environment, then defaults."""
