@@ -1,9 +1,10 @@
 """Benchmarks: Weave over HTTP beside a raw PyMySQL baseline doing the same statements, same run.
 
-    scripts/bench [--only pulse|e2e|signals|latency|consumption|peer|scale|validation] [--json FILE]   (--help lists every option)
+    scripts/bench [--only pulse|e2e|signals|latency|consumption|peer|scale|validation|hostile] [--json FILE]   (--help lists every option)
     scripts/bench --only scale --scale-signals 1000000   (flat cost: the figures at a million stored signals)
     scripts/bench --only signals --against main      (signal acceptance: this checkout against a revision)
     scripts/bench --only peer                        (signal acceptance beside DBOS Transact's `send`)
+    scripts/bench --only hostile --hostile-repeat 100  (issue 26's worst inputs over HTTP: CPU per request, RSS)
 
 Everything runs on this machine: a private database server, `weave serve` and `weave scan` as
 separate processes, and load generator threads here. Each figure is printed beside its baseline
@@ -39,6 +40,9 @@ from decimal import Decimal
 from functools import partial
 from pathlib import Path
 from statistics import median
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_hostile  # noqa: E402  (scripts/bench_hostile.py: the hostile section)
 
 from weave import auth, jsontext, migrate, schemas
 from weave.db import Database, connect
@@ -2237,7 +2241,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--latency-signals", type=int, default=200)
     parser.add_argument(
-        "--only", choices=("pulse", "e2e", "signals", "latency", "consumption", "peer", "scale", "validation")
+        "--only",
+        choices=("pulse", "e2e", "signals", "latency", "consumption", "peer", "scale", "validation", "hostile"),
     )
     parser.add_argument("--consumption-signals", type=int, default=2000, help="signals per consumption run")
     parser.add_argument(
@@ -2254,6 +2259,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--validation-bytes", type=int, default=VALIDATION_BYTES, help="size of each hostile payload")
     parser.add_argument("--validation-runs", type=int, default=VALIDATION_RUNS, help="timed runs per validation figure")
+    parser.add_argument(
+        "--hostile-repeat",
+        type=int,
+        default=bench_hostile.HOSTILE_REPEAT,
+        help="requests per worst case of the hostile section (RSS is read after the first and the last)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
         "--server-threads",
@@ -2275,7 +2286,7 @@ def main(argv: list[str] | None = None) -> int:
         f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, weave serve "
         f"--processes {args.server_processes} --threads {args.server_threads}"
     )
-    if args.only != "scale":
+    if args.only not in ("scale", "hostile"):
         with running_weave(args.server_threads, args.server_processes, args.against) as bench:
             print(header + (f", signal acceptance against {args.against}" if args.against else ""), flush=True)
             if args.only in (None, "pulse"):
@@ -2303,6 +2314,14 @@ def main(argv: list[str] | None = None) -> int:
                 processes=args.server_processes,
             )
             print(f"scale section: {time.monotonic() - started:.0f} s of wall time", flush=True)
+    if args.only in (None, "hostile"):  # one process: its CPU and RSS are the figures
+        with running_weave(args.server_threads, processes=1) as bench:
+            print(
+                f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, weave serve --processes 1 "
+                f"--threads {args.server_threads}, load {_load()}",
+                flush=True,
+            )
+            results += bench_hostile.run(bench, args.hostile_repeat, sys.modules[__name__])
     return _write(args.json, results)
 
 

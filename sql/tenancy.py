@@ -6,10 +6,12 @@ API request. Admin actions are audited as `system:admin`.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from datetime import timedelta
 
 from weave import auth
+from weave.cache import BoundedCache
 from weave.db import read_only, unit_of_work
 from weave.errors import Code, WeaveError
 from weave.sql import audit
@@ -202,8 +204,21 @@ WHERE c.id = %s
 """
 
 
-_principals: dict[bytes, auth.Principal] = {}  # by token hash; only their identity is reused
-_PRINCIPALS_LIMIT = 10_000
+# By token hash; only their identity is reused. Bounded by bytes (issue 26, item 3): a
+# credential's grants name up to every queue of its namespace.
+PRINCIPAL_CACHE_BYTES = 16 * 1024 * 1024
+_principals = BoundedCache(PRINCIPAL_CACHE_BYTES)
+
+
+def _principal_bytes(principal: auth.Principal) -> int:
+    """What a kept principal holds: the object, its strings and its two sets (CPython's sizes)."""
+    texts = (principal.namespace, principal.actor, *principal.scopes, *principal.queues)
+    return (
+        sys.getsizeof(principal)
+        + sys.getsizeof(principal.scopes)
+        + sys.getsizeof(principal.queues)
+        + sum(sys.getsizeof(text) for text in texts)
+    )
 
 
 def _known_principal(tx: Tx, presented_sha256: bytes, current: dict) -> auth.Principal:
@@ -223,9 +238,7 @@ def _known_principal(tx: Tx, presented_sha256: bytes, current: dict) -> auth.Pri
             scopes=frozenset(row["scopes"].split()),
             queues=frozenset((row["queues"] or "").split()),
         )
-        if len(_principals) >= _PRINCIPALS_LIMIT:
-            _principals.clear()
-        _principals[presented_sha256] = known
+        _principals.put(presented_sha256, known, _principal_bytes(known))
     return replace(
         known, application_status=current["application_status"], signals_per_minute=current["signals_per_minute"]
     )

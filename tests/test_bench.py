@@ -41,7 +41,15 @@ def test_the_bench_command_starts_and_describes_its_flags():
     shown = subprocess.run([SCRIPTS / "bench", "--help"], capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "usage: scripts/bench" in shown.stdout
-    flags = ("--tasks", "--workflows", "--only", "--json", "--server-processes", "--validation-bytes")
+    flags = (
+        "--tasks",
+        "--workflows",
+        "--only",
+        "--json",
+        "--server-processes",
+        "--validation-bytes",
+        "--hostile-repeat",
+    )
     assert all(flag in shown.stdout for flag in flags)
 
 
@@ -77,6 +85,29 @@ def test_the_validation_section_runs_on_tiny_sizes():
     assert all(row["largest_checked_outcome"] != "refused: budget" for row in weave)
     assert weave[0]["outcome"] == "1 error(s)" and weave[2]["outcome"].endswith(" error(s)")  # really refused
     assert all(row["stock_ms"] > 0 and row["label"].startswith("stock jsonschema") for row in stock)
+
+
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+def test_the_hostile_section_runs_on_tiny_sizes():
+    """Issue 26's worst inputs over HTTP, twice each: refused at publish where the limits say so,
+    and every figure read (CPU per request, RSS before, after the first and after the last)."""
+    with bench.running_weave(threads=4, processes=1) as running:
+        baseline, *rows = bench.bench_hostile.run(running, 2, bench)
+    assert baseline["status"] == 200 and baseline["cpu_ms_per_request"] >= 0
+    answers = {row["label"].split(": ", 1)[1]: (row["status"], row["code"]) for row in rows}
+    assert list(answers.values()) == [
+        (422, "VALIDATION_FAILED"),  # item 2: $defs 90 deep
+        (422, "CONTRACT_MISMATCH"),  # item 2: the payload, against the schema stored before the limits
+        (422, "VALIDATION_FAILED"),  # item 3: 55,000 subschemas
+        (422, "VALIDATION_FAILED"),  # item 3: 300 large patterns
+        (201, None),  # item 3: the costliest definition within the budget
+        (201, None),  # item 3: a 1 MB definition
+        (201, None),  # item 3: its workflow started
+        (200, None),  # item 3: and read
+        (422, "VALIDATION_FAILED"),  # item 4: 150 nested not
+        (200, None),  # item 1: the console page
+    ]
+    assert all(row["rss_before_kib"] > 0 and row["rss_after_all_kib"] > 0 and row["repeat"] == 2 for row in rows)
 
 
 def _postgres_binaries():

@@ -176,3 +176,48 @@ def test_a_namespace_that_breaks_its_rule_is_not_logged(database, json_log):
     falcon.testing.TestClient(app).simulate_get("/v1/namespaces/" + "x" * 65 + "/half")
     (entry,) = [json.loads(line) for line in json_log.getvalue().splitlines()]
     assert (entry["status"], entry["namespace"]) == (404, None)
+
+
+# ---- long records (issue 26, item 4) -----------------------------------------------------------------
+
+
+def _deep_failure():
+    """The exc_info of a RecursionError through three functions in turn, as jsonschema's is (150
+    nested `not`s in a payload schema made check_schema log 152 KB on one line): Python folds
+    repeated lines of a traceback, not these."""
+
+    def descend(n):
+        return apply(n)
+
+    def apply(n):
+        return charge(n)
+
+    def charge(n):
+        return descend(n + 1)
+
+    try:
+        descend(0)
+    except RecursionError:
+        return sys.exc_info()
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_record_with_a_long_traceback_is_cut_to_a_few_kb_keeping_its_start_and_its_end(log_format):
+    line = logs.FORMATTERS[log_format]().format(record("unexpected error in POST /x", exc_info=_deep_failure()))
+    assert len(line) <= logs.MAX_LINE_CHARS and len(line.splitlines()) == 1
+    text = json.loads(line)["exception"] if log_format == "json" else line
+    assert " characters cut ...] " in text
+    assert text.endswith("RecursionError: maximum recursion depth exceeded")
+    assert "unexpected error in POST /x" in (line if log_format == "text" else json.loads(line)["message"])
+
+
+def test_a_long_line_is_cut_between_escapes_never_inside_one():
+    forged = f"\u2028{FORGED}\n" * 2000  # every character of the separators escaped: \u2028, \n
+    line = logs.OneLineFormatter(logs.FORMAT).format(record(forged, fields={"actor": "x" * 10_000}))
+    assert len(line) <= logs.MAX_LINE_CHARS
+    unescaped = line.replace("\\u2028", "").replace("\\n", "")
+    assert "\\" not in unescaped  # nothing left of a cut escape
+    entry = logs.JsonFormatter().format(
+        record(forged, fields={"actor": "x\n" * 5000, "lines": [1] * 5000, "status": 500})
+    )
+    assert len(entry) <= logs.MAX_LINE_CHARS and json.loads(entry)["status"] == 500

@@ -16,6 +16,11 @@ points become `\\r`, `\\n`, `\\t`, `\\xNN`, `\\uNNNN` or `\\UNNNNNNNN`; the back
 not each call's arguments, covers every logger in the process with one mechanism: Weave's own,
 waitress's (which formats the request path into its message itself) and those of the libraries.
 In JSON, `json.dumps` escapes the same characters (and every other non-ASCII one) inside strings.
+
+A line has at most `MAX_LINE_CHARS` characters (issue 26, item 4: a RecursionError's traceback made
+one line of 152 KB per request): a longer one keeps its start and its end, and says how many
+characters were cut between them. The cut is made in the record's text before it is escaped, so
+no escape is ever cut in half; in JSON, the longest members are cut until the line fits.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from typing import TextIO
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 LOG_FORMATS = ("text", "json")
+# A few KB: a traceback of some 40 frames, or a request line with its fields, fits whole.
+MAX_LINE_CHARS = 8192
+_CUT = " [... {:,} characters cut ...] "
 
 # The id of the request the current thread serves (weave.http.RequestId sets and clears it), so
 # that every record logged while serving it carries it, whichever logger wrote it.
@@ -63,6 +71,16 @@ def escape(text: str) -> str:
     return _SUSPECT.sub(_escape_one, text)
 
 
+def cut(text: str, most: int) -> str:
+    """`text` if it has at most `most` characters, else its start and its end (a traceback's last
+    lines say what failed) with how many characters were cut between them."""
+    if len(text) <= most:
+        return text
+    keep = max(most - len(_CUT.format(len(text))), 0)
+    head = keep // 2
+    return text[:head] + _CUT.format(len(text) - keep) + text[len(text) - (keep - head) :]
+
+
 def _text_value(value) -> str:
     """A field's value in a text line: bare when it is one plain word, else as JSON."""
     if isinstance(value, str) and value and _PLAIN_WORD.fullmatch(value):
@@ -81,7 +99,11 @@ class OneLineFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", None)
         if request_id is not None:
             line += f" request_id={request_id}"
-        return escape(line)
+        escaped, most = escape(line), MAX_LINE_CHARS
+        while len(escaped) > MAX_LINE_CHARS:  # escapes lengthen it: cut more, in proportion
+            most = min(most - 1, most * MAX_LINE_CHARS // len(escaped))
+            escaped = escape(cut(line, most))
+        return escaped
 
 
 class JsonFormatter(logging.Formatter):
@@ -107,7 +129,30 @@ class JsonFormatter(logging.Formatter):
             entry["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:
             entry["exception"] = record.exc_text
-        return json.dumps(entry, default=str)
+        line = json.dumps(entry, default=str)
+        while len(line) > MAX_LINE_CHARS:
+            # the longest member (a value that is not a string, as its JSON text) is cut
+            name = max(
+                (name for name in entry if name not in _KEPT), key=lambda name: len(_json(entry[name])), default=None
+            )
+            if name is None:
+                break
+            text = entry[name] if isinstance(entry[name], str) else _json(entry[name])
+            # in proportion to what is over (escapes may make its JSON much longer than its text)
+            shorter = len(text) * MAX_LINE_CHARS // len(line) - len(_CUT) - 8
+            if shorter < 64:  # members too many to cut: the longest goes
+                del entry[name]
+            else:
+                entry[name] = cut(text, shorter)
+            line = json.dumps(entry, default=str)
+        return line
+
+
+_KEPT = frozenset({"time", "level", "logger", "pid", "request_id"})  # short, and what a pipeline parses
+
+
+def _json(value) -> str:
+    return json.dumps(value, default=str)
 
 
 class _StampRequestId(logging.Filter):

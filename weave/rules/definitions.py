@@ -2,35 +2,34 @@
 
 The JSON Schema (`weave/schemas/definition.json`) checks shapes; this module checks what a
 schema cannot say: step keys are unique, every `payload_schema` is itself a valid Draft 2020-12
-schema that resolves without the network, and which queues the document needs.
+schema that resolves without the network and stays within the limits of issue 26 (all of them
+checked together, under one budget of work: `weave.schemas.publish`), and which queues the
+document needs.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterator
 
-from weave import schemas
 from weave.rules.problems import Problem
+from weave.schemas import publish
 
 CONTRACT_FIELDS = {"SIGNAL": "signal", "POLL": "final_signal"}
 
 
-def _remote_refs(node: Any, path: str) -> Iterator[Problem]:
-    """`$ref`s that would need fetching: Weave never fetches, so only local ones are allowed."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            here = f"{path}/{schemas.pointer([key])[1:]}"
-            if key in ("$ref", "$dynamicRef") and isinstance(value, str) and not value.startswith("#"):
-                yield Problem(here, f"only local references ('#...') are allowed, got {value!r}")
-            else:
-                yield from _remote_refs(value, here)
-    elif isinstance(node, list):
-        for i, item in enumerate(node):
-            yield from _remote_refs(item, f"{path}/{i}")
+def payload_schemas(document: dict) -> Iterator[tuple[str, Any]]:
+    """(pointer, schema) of every payload schema in the document: those of the signal contracts
+    (a SIGNAL step's signal, a POLL step's final signal), which also check `complete_step` results."""
+    for i, step in enumerate(document["steps"]):
+        contract_field = CONTRACT_FIELDS.get(step["type"])
+        contract = step.get(contract_field) if contract_field else None
+        if contract is not None:
+            yield f"/steps/{i}/{contract_field}/payload_schema", contract["payload_schema"]
 
 
 def problems(document: dict) -> list[Problem]:
-    """Everything wrong with a schema-valid document, in document order (empty when publishable)."""
+    """Everything wrong with a schema-valid document (empty when publishable): duplicate step keys,
+    then the payload schemas' problems in document order."""
     found: list[Problem] = []
     seen: dict[str, int] = {}
     for i, step in enumerate(document["steps"]):
@@ -39,12 +38,7 @@ def problems(document: dict) -> list[Problem]:
                 Problem(f"/steps/{i}/key", f"duplicate step key {step['key']!r} (first at /steps/{seen[step['key']]})")
             )
         seen.setdefault(step["key"], i)
-        contract_field = CONTRACT_FIELDS.get(step["type"])
-        contract = step.get(contract_field) if contract_field else None
-        if contract is not None:
-            where = f"/steps/{i}/{contract_field}/payload_schema"
-            found += [Problem(where + inner, why) for inner, why in schemas.schema_problems(contract["payload_schema"])]
-            found.extend(_remote_refs(contract["payload_schema"], where))
+    found += [Problem(where, why) for where, why in publish.problems(list(payload_schemas(document)))]
     return found
 
 

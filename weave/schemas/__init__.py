@@ -83,8 +83,6 @@ TYPE_CHECKER = Draft202012Validator.TYPE_CHECKER.redefine("integer", is_integer)
 # Draft 2020-12 with integers by value: the verdict on request bodies and payload schemas (and the
 # base of the payload validator, `weave.schemas.payload`).
 Validator = staying(validators.extend(Draft202012Validator, type_checker=TYPE_CHECKER))
-# The meta-schema check of a payload schema: `{"maxLength": 5.0}` is a valid schema.
-_META_VALIDATOR = Validator(Draft202012Validator.META_SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
 @functools.cache
@@ -111,14 +109,14 @@ def pointer(path) -> str:
     return "".join("/" + linear.escape(str(part)) for part in path)
 
 
-def _message(error) -> str:
+def short_message(error) -> str:
     text = error.message
     return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
 
 
 def _described(errors, prefix: str = "") -> list[dict]:
     found = sorted(errors, key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    return [{"pointer": prefix + pointer(e.absolute_path), "message": _message(e)} for e in found]
+    return [{"pointer": prefix + pointer(e.absolute_path), "message": short_message(e)} for e in found]
 
 
 def errors_of(validator: Draft202012Validator, value: Any, prefix: str = "") -> list[dict]:
@@ -173,11 +171,3 @@ def validate(name: str, value: Any) -> None:
         for part in parents:
             container = container[part]
         container[last] = int(error.instance)
-
-
-def schema_problems(candidate: Any) -> list[tuple[str, str]]:
-    """(pointer inside `candidate`, why) for what makes it unusable as a payload schema: not a
-    valid Draft 2020-12 schema, or a regular expression RE2 cannot run. Empty when usable."""
-    for error in _META_VALIDATOR.iter_errors(candidate):  # the first, as `check_schema` reports it
-        return [("", f"not a valid Draft 2020-12 schema: {_message(error)}")]
-    return list(linear.pattern_problems(candidate))

@@ -23,7 +23,6 @@ silently going back to backtracking.
 
 from __future__ import annotations
 
-import functools
 import re
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -34,17 +33,46 @@ import jsonschema._utils
 import re2
 from jsonschema.exceptions import ValidationError
 
+from weave.cache import BoundedCache
 from weave.schemas import budget
+
+# What one compiled pattern may hold (issue 26, item 3): RE2 bounds its program and the states its
+# DFA keeps to `max_mem`, and stops compiling a program that would not fit (at 13,600
+# instructions or fewer with 160 KiB). With RE2's default of 8 MiB, a 1.6 KB pattern compiled to
+# 480,000 instructions in 0.1 s and kept 2.5 MB: 300 of them held 739 MB. A DFA that runs out of
+# its share falls back to RE2's NFA, which the work budget charges for already (`budget.regex_units`).
+PATTERN_MEMORY_BYTES = 160 * 1024
+# Published patterns are refused above this program size: `^.{1,1000}$` compiles to 9,001
+# instructions, the patterns of real schemas to a few hundred (a UUID: 70, an e-mail address: 18).
+MAX_PATTERN_INSTRUCTIONS = 10_000
+# Compiling costs up to 2 µs per instruction (counted repetitions of a class), and failing for
+# lack of memory up to 3 ms: what publishing charges its budget for them (`pattern_problems`).
+COMPILE_UNITS_PER_INSTRUCTION = 2
+COMPILE_UNITS_FAILED = 2500
+# RE2 keeps the pattern's parsed form beside its program: bytes per character of the pattern.
+PATTERN_BYTES_PER_CHAR = 64
+COMPILED_CACHE_BYTES = 32 * 1024 * 1024  # 200 patterns at their most
 
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # a refused pattern is reported to the publisher, not to stderr
-_COMPILED_CACHE_SIZE = 4096
+_OPTIONS.max_mem = PATTERN_MEMORY_BYTES
+
+compiled = BoundedCache(COMPILED_CACHE_BYTES)
 
 
-@functools.lru_cache(maxsize=_COMPILED_CACHE_SIZE)
 def compile_pattern(pattern: str):
-    """The RE2 form of a schema's regular expression; raises `re2.error` when RE2 cannot run it."""
-    return re2.compile(pattern, _OPTIONS)
+    """The RE2 form of a schema's regular expression; raises `re2.error` when RE2 cannot run it
+    (or its program would need more than `PATTERN_MEMORY_BYTES`).
+
+    `re2._Regexp`, not `re2.compile`: that one keeps its own 128 patterns by count, and would keep
+    alive those this cache has let go."""
+    found = compiled.get(pattern)
+    if found is None:
+        found = re2._Regexp(pattern, _OPTIONS)
+        # Counted at the most it can hold (a DFA fills its memory as searches run), so that the
+        # cache's bytes bound what its patterns can grow to, not what they hold today.
+        compiled.put(pattern, found, PATTERN_MEMORY_BYTES + PATTERN_BYTES_PER_CHAR * len(pattern))
+    return found
 
 
 class LinearRe:
@@ -54,12 +82,14 @@ class LinearRe:
 
     @staticmethod
     def search(pattern: str, string: str):
-        compiled = compile_pattern(pattern)
-        budget.spend(budget.regex_units(compiled.programsize, string))
-        return compiled.search(string)
+        regex = compile_pattern(pattern)
+        budget.spend(budget.regex_units(regex.programsize, string))
+        return regex.search(string)
 
 
 def install() -> None:
+    if not hasattr(re2, "_Regexp"):
+        raise RuntimeError("google-re2 no longer has re2._Regexp; review weave/schemas/linear.py")
     for module in (jsonschema._keywords, jsonschema._utils):
         if module.re is LinearRe:
             continue
@@ -154,7 +184,7 @@ def unique_items(validator, unique: bool, instance: Any, schema: dict) -> Iterat
 # ---- refusing at publish what RE2 cannot run ---------------------------------------------------------
 
 # Keywords whose value is a schema, a list of schemas, or a map of names to schemas (Draft 2020-12).
-_SCHEMA = (
+SCHEMA_KEYWORDS = (
     "additionalProperties",
     "items",
     "contains",
@@ -168,12 +198,19 @@ _SCHEMA = (
     "contentSchema",
     "additionalItems",
 )
-_SCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMA_MAP = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
+SCHEMA_LIST_KEYWORDS = ("allOf", "anyOf", "oneOf", "prefixItems")
+SCHEMA_MAP_KEYWORDS = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
+
+_TOO_LARGE = (
+    f"RE2 compiles this pattern to more than {MAX_PATTERN_INSTRUCTIONS:,} instructions (the limit of a "
+    "pattern): write it with fewer or smaller repetitions, or check lengths with minLength/maxLength"
+)
 
 
 def pattern_problems(schema: Any, where: str = "") -> Iterator[tuple[str, str]]:
-    """(pointer, why) for every regular expression in `schema` that RE2 cannot compile."""
+    """(pointer, why) for every regular expression in `schema` that RE2 cannot compile, or compiles
+    to a program of more than `MAX_PATTERN_INSTRUCTIONS`. Each compilation is charged to the budget
+    of the check in progress (publishing's), by the size of its program."""
     if not isinstance(schema, dict):
         return
     candidates = []
@@ -183,22 +220,31 @@ def pattern_problems(schema: Any, where: str = "") -> Iterator[tuple[str, str]]:
         candidates += [(f"{where}/patternProperties/{escape(key)}", key) for key in schema["patternProperties"]]
     for pointer, pattern in candidates:
         try:
-            compile_pattern(pattern)
+            program = compile_pattern(pattern).programsize
         except re2.error as exc:
             reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+            if reason.startswith("pattern too large"):  # RE2 gave up at its memory
+                budget.spend(COMPILE_UNITS_FAILED)
+                yield pointer, _TOO_LARGE
+                continue
+            budget.spend(1)
             yield (
                 pointer,
                 f"the pattern cannot run in linear time (RE2: {reason}); back-references and "
                 "look-around are not supported",
             )
-    for keyword in _SCHEMA:
+            continue
+        budget.spend(1 + program * COMPILE_UNITS_PER_INSTRUCTION)
+        if program > MAX_PATTERN_INSTRUCTIONS:
+            yield pointer, _TOO_LARGE
+    for keyword in SCHEMA_KEYWORDS:
         if keyword in schema:
             yield from pattern_problems(schema[keyword], f"{where}/{keyword}")
-    for keyword in _SCHEMA_LIST:
+    for keyword in SCHEMA_LIST_KEYWORDS:
         if isinstance(schema.get(keyword), list):
             for i, sub in enumerate(schema[keyword]):
                 yield from pattern_problems(sub, f"{where}/{keyword}/{i}")
-    for keyword in _SCHEMA_MAP:
+    for keyword in SCHEMA_MAP_KEYWORDS:
         if isinstance(schema.get(keyword), dict):
             for key, sub in schema[keyword].items():
                 yield from pattern_problems(sub, f"{where}/{keyword}/{escape(key)}")

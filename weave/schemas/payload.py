@@ -1,10 +1,11 @@
 """Checking a payload (a signal's, a task's result, a POLL round's final result) against the payload
 schema of its contract: the one place that builds payload validators and runs them.
 
-The validator is Draft 2020-12 with four changes: integers by value (`1.0` is an integer, issue 25
-item 9: `weave.schemas.is_integer`), and three for a hostile schema or payload: regular
+The validator is Draft 2020-12 with five changes: integers by value (`1.0` is an integer, issue 25
+item 9: `weave.schemas.is_integer`), and four for a hostile schema or payload: regular
 expressions on RE2 and `uniqueItems` by hashing (`linear`), `multipleOf` exact for numbers of any
-exponent (below), and every keyword charged against a work budget (`budget`). A check
+exponent (below), every keyword charged against a work budget (`budget`), and references resolved
+once per validator, not once per value they are followed for (`references`, issue 26). A check
 answers with errors, never with an exception: a payload that cannot be checked (the budget ran out,
 a reference that does not resolve) is refused with one error saying why.
 """
@@ -15,11 +16,14 @@ import json
 from decimal import Decimal
 from typing import Any, Iterator
 
+import referencing
 from jsonschema import Draft202012Validator, validators
 from jsonschema._utils import extras_msg, find_evaluated_item_indexes_by_schema, find_evaluated_property_keys_by_schema
 from jsonschema.exceptions import ValidationError
 
+from weave.cache import BoundedCache
 from weave.schemas import TYPE_CHECKER, budget, errors_of, linear, staying
+from weave.schemas.references import ResolvedOnce
 
 
 def is_multiple(value: int | Decimal, divisor: int | Decimal | float) -> bool:
@@ -105,8 +109,23 @@ PayloadValidator = staying(
     )
 )
 
-_validators: dict[str, PayloadValidator] = {}
-_VALIDATORS_LIMIT = 4096
+# Weave never fetches a schema: a reference that is not in the payload schema does not resolve
+# (publishing refuses any that is not local; this also holds for one a `$id` could send elsewhere).
+NO_RETRIEVAL = referencing.Registry()
+
+
+def build(schema: Any, **options: Any) -> PayloadValidator:
+    """A validator of `schema` that resolves each of its references once (`references`)."""
+    built = PayloadValidator(schema, registry=NO_RETRIEVAL, **options)
+    return built.evolve(_resolver=ResolvedOnce(built._resolver))
+
+
+# A validator keeps its schema alive (its parsed form: up to 32 bytes per character of its JSON
+# text, for arrays of decimals; 4 for typical schemas, see sql/definitions.py) and what it resolved.
+BYTES_PER_SCHEMA_CHAR = 32
+BYTES_PER_RESOLUTION = 256
+VALIDATOR_CACHE_BYTES = 32 * 1024 * 1024
+_validators = BoundedCache(VALIDATOR_CACHE_BYTES)
 
 
 def validator(payload_schema: Any) -> PayloadValidator:
@@ -118,9 +137,9 @@ def validator(payload_schema: Any) -> PayloadValidator:
     key = json.dumps(payload_schema, sort_keys=True, separators=(",", ":"), default=str)
     found = _validators.get(key)
     if found is None:
-        if len(_validators) >= _VALIDATORS_LIMIT:
-            _validators.clear()
-        found = _validators[key] = PayloadValidator(payload_schema)
+        found = build(payload_schema)
+        references = key.count('"$ref":') + key.count('"$dynamicRef":')  # each kept once per scope
+        _validators.put(key, found, BYTES_PER_SCHEMA_CHAR * len(key) + BYTES_PER_RESOLUTION * references)
     return found
 
 
