@@ -27,18 +27,22 @@ class Source:
 def record_failure(tx: Tx, source: Source, source_id: int, error: str) -> datetime | None:
     """Returns the new `available_at`, or None when the row is gone (it was processed after all).
 
-    A re-run after a COMMIT whose answer was lost finds the count above what the earlier attempt
-    read, and does not count the failure twice. Above by one or more: another scanner that failed
-    on the same row may have counted its own failure in between (seen in the fault tests: two
-    scanners failing on one inbox event, one of them losing its COMMIT's answer). Were ours the
-    COMMIT that did not happen, the count is one short: a backoff that grows one step slower once
-    is the harmless side of the doubt."""
+    A re-run after a COMMIT whose answer was lost (`Tx.maybe_committed`) tells its earlier
+    attempt's count by what that attempt wrote, not by arithmetic alone: the count one above the
+    one it read *and* the `available_at` it chose (a time to the microsecond) mean it committed
+    and nothing counted since. One above with another `available_at` is another scanner's failure
+    on the same row, counted while ours rolled back: ours is counted now (issue 25; the fault
+    tests found the count one short). Two or more above: ours and others', or others' alone; it
+    is taken as committed, and if it was not, the count is one short: a backoff that grows one
+    step slower once is the harmless side of the doubt."""
     row = tx.one(source.lock, (source_id,))
     if row is None:
         return None
     seen = tx.memo.get("seen")
-    if tx.maybe_committed and seen is not None and row["attempts"] > seen["attempts"]:
-        return seen["available_at"]
+    if tx.maybe_committed and seen is not None:
+        ours = row["attempts"] == seen["attempts"] + 1 and row["available_at"] == seen["available_at"]
+        if ours or row["attempts"] > seen["attempts"] + 1:
+            return seen["available_at"]
     available_at = tx.now() + pulse.retry_delay(row["attempts"] + 1)
     tx.memo["seen"] = {"attempts": row["attempts"], "available_at": available_at}
     tx.transition(source.record, (error[:MAX_ERROR_CHARS], available_at, source_id), f"back off source row {source_id}")

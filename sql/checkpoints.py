@@ -45,7 +45,7 @@ FOR UPDATE SKIP LOCKED
 """
 DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE id = %s"
 FAILURES = backoff.Source(
-    lock="SELECT attempts FROM checkpoints WHERE id = %s FOR UPDATE",
+    lock="SELECT attempts, available_at FROM checkpoints WHERE id = %s FOR UPDATE",
     record="UPDATE checkpoints SET attempts = attempts + 1, last_error = %s, available_at = %s WHERE id = %s",
 )
 

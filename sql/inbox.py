@@ -24,7 +24,7 @@ FOR UPDATE SKIP LOCKED
 """
 MARK_CONSUMED = "UPDATE inbox_events SET status = 'CONSUMED', consumed_at = %s WHERE id = %s AND status = 'PENDING'"
 FAILURES = backoff.Source(
-    lock="SELECT attempts FROM inbox_events WHERE id = %s AND status = 'PENDING' FOR UPDATE",
+    lock="SELECT attempts, available_at FROM inbox_events WHERE id = %s AND status = 'PENDING' FOR UPDATE",
     record="UPDATE inbox_events SET attempts = attempts + 1, last_error = %s, available_at = %s WHERE id = %s",
 )
 DUE_INBOX_EVENTS = """

@@ -437,7 +437,7 @@ WHERE id = %s AND status = 'PENDING'
 """
 LOOK_AGAIN_AT = "UPDATE signals SET available_at = %s WHERE id = %s AND status = 'PENDING'"
 FAILURES = backoff.Source(
-    lock="SELECT attempts FROM signals WHERE id = %s AND status = 'PENDING' FOR UPDATE",
+    lock="SELECT attempts, available_at FROM signals WHERE id = %s AND status = 'PENDING' FOR UPDATE",
     record="UPDATE signals SET attempts = attempts + 1, last_error = %s, available_at = %s WHERE id = %s",
 )
 

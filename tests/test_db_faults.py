@@ -141,6 +141,31 @@ def test_a_backoff_whose_commit_answer_is_lost_while_another_scanner_counts_its_
     assert others and flow.rows("SELECT attempts FROM checkpoints") == [{"attempts": 2}]
 
 
+def test_a_backoff_cut_before_its_commit_while_another_scanner_counts_its_own_is_counted_too(
+    flow, clock, database, cut_connection, monkeypatch
+):
+    """The server kills the backoff's session before COMMIT (rolled back, the answer lost) and a
+    second scanner counts its own failure on the row before the re-run: two failures, two counts.
+    The re-run tells the other's count from its own by the `available_at` it wrote (it counted
+    nothing, taking the other's for its own: found by tests/test_fault_injection.py)."""
+    flow.publish(task_steps("work"))
+    flow.start("wf-0")
+    (checkpoint,) = flow.rows("SELECT id FROM checkpoints")
+    pause, others = time.sleep, []
+
+    def between_attempts(seconds):
+        if not others:
+            clock.advance(0.5)  # the other scanner fails a moment later
+            others.append(backoff.record_failure(database, checkpoints.FAILURES, checkpoint["id"], "Retryable: other"))
+        pause(seconds)
+
+    killed = cut_connection("record_failure")
+    monkeypatch.setattr(db.time, "sleep", between_attempts)
+    backoff.record_failure(database, checkpoints.FAILURES, checkpoint["id"], "Retryable: injected")
+    assert killed == ["record_failure"] and others
+    assert flow.rows("SELECT attempts FROM checkpoints") == [{"attempts": 2}]
+
+
 def test_a_quota_count_whose_commit_answer_is_lost_is_counted_once(flow, proxied, lose_commit_answer):
     """Issue 25, item 9: the re-run answers what the earlier attempt decided, and counts nothing."""
     (application,) = flow.rows("SELECT id FROM applications WHERE name = %s", (flow.tenant.application,))
