@@ -10,36 +10,42 @@ import pymysql
 import pytest
 
 from weave.db import connect
-from weave.statuses import CHECKS, Disposition, Gate, InstanceStatus, SignalStatus, TaskStatus, WaitStatus
+from weave.statuses import (
+    CHECKS,
+    ActivationStatus,
+    Disposition,
+    Gate,
+    InstanceStatus,
+    SignalStatus,
+    TaskStatus,
+    WaitStatus,
+)
 
 SPEC = Path(__file__).resolve().parents[2] / "shared" / "SPEC.md"
+
+
+WORDS = re.compile(r"`([A-Z_]+)`")
+# Two lists share one line of SPEC §1: a signal's statuses and dispositions, an instance's statuses and gates.
+SECOND_LIST = {"signal": "disposition", "instance": "gate"}
 
 
 def spec_statuses() -> dict[str, list[str]]:
     """SPEC §1's "Statuses" list: its label (`instance`, `wait`, …) -> the words it names."""
     text = SPEC.read_text()
-    block = text[text.index("Statuses (exact spellings") : text.index("\n---", text.index("Statuses (exact spellings"))]
+    start = text.index("Statuses (exact spellings")
     found: dict[str, list[str]] = {}
-    for item in re.split(r"\n- ", block)[1:]:
+    for item in re.split(r"\n- ", text[start : text.index("\n---", start)])[1:]:
         label, _, rest = item.partition(":")
-        words = re.findall(r"`([A-Z_]+)`", rest)
-        if label == "signal":
-            statuses, _, dispositions = rest.partition("disposition")
-            found["signal"] = re.findall(r"`([A-Z_]+)`", statuses)
-            found["disposition"] = re.findall(r"`([A-Z_]+)`", dispositions)
-        elif label == "instance":
-            statuses, _, gates = rest.partition("gate")
-            found["instance"] = re.findall(r"`([A-Z_]+)`", statuses)
-            found["gate"] = re.findall(r"`([A-Z_]+)`", gates)
-        else:
-            found[label] = words
+        second = SECOND_LIST.get(label)
+        first, _, then = rest.partition(second) if second else (rest, "", "")
+        found[label] = WORDS.findall(first)
+        if second:
+            found[second] = WORDS.findall(then)
     return found
 
 
 @pytest.mark.skipif(not SPEC.exists(), reason="shared/SPEC.md is not beside this checkout")
 def test_the_enums_spell_spec_section_1():
-    from weave.statuses import ActivationStatus
-
     spec = spec_statuses()
     assert [str(s) for s in InstanceStatus] == spec["instance"]
     assert [str(s) for s in Gate] == spec["gate"]
