@@ -1,9 +1,10 @@
 """Workflow instances: start (idempotent on workflow_id), read with their steps, list, lock, move.
 
 Lock order: the instance row first, then what hangs off it (activations, waits, signals, tasks).
-Starting writes the instance (RUNNING, gate OPEN), a ROOT checkpoint due now, the first event and
-an audit record in one transaction (I2); the checkpoint scanner activates the first step. Every
-later change of an instance's status is the engine's, through `move`.
+Starting writes the instance (RUNNING, gate OPEN), a ROOT checkpoint due now, one at its total
+deadline (I6), the first event and an audit record in one transaction (I2); the checkpoint
+scanner activates the first step. Every later change of an instance's status or deadline is the
+engine's, through `move` and `set_deadline`.
 """
 
 from __future__ import annotations
@@ -261,6 +262,7 @@ def start_workflow(tx: Tx, principal: Principal, request: StartRequest) -> tuple
         ),
     )
     checkpoints.schedule_root(tx, instance_id, now)
+    checkpoints.schedule_root(tx, instance_id, deadline_at)  # I6: the gate closes at the deadline
     events.append(
         tx,
         instance_id,
@@ -396,6 +398,20 @@ def move(tx: Tx, instance: dict, status: str, gate: str, review_reason: str | No
         f"move instance {instance['id']} from {instance['status']} to {status}",
     )
     return {**instance, "status": status, "gate": gate, "review_reason": review_reason}
+
+
+UPDATE_DEADLINE = "UPDATE instances SET deadline_at = %s, updated_at = %s WHERE id = %s AND deadline_at = %s"
+
+
+def set_deadline(tx: Tx, instance: dict, deadline_at) -> dict:
+    """The locked instance's total deadline is `deadline_at` now (R4); returns the instance as it is
+    now (the caller's dict is left as it was read)."""
+    tx.transition(
+        UPDATE_DEADLINE,
+        (deadline_at, tx.now(), instance["id"], instance["deadline_at"]),
+        f"set the deadline of instance {instance['id']}",
+    )
+    return {**instance, "deadline_at": deadline_at}
 
 
 # One index range per namespace (ix_instances_namespace_status): namespaces are few, reviews too.

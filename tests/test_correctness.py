@@ -85,7 +85,7 @@ def test_B_p7_a_task_completed_before_its_deadline_and_committing_during_the_loo
     completer.start()
     assert reached.wait(10)
     clock.set(started + timedelta(seconds=300))  # the deadline: the ROOT look is due
-    (checkpoint,) = flow.rows("SELECT id FROM checkpoints WHERE kind = 'ROOT'")
+    (checkpoint,) = flow.rows("SELECT id FROM checkpoints WHERE kind = 'ROOT' AND due_at <= %s", (clock.now(),))
     looked = {}
     looker = threading.Thread(target=lambda: looked.update(r=engine.process_checkpoint(database, checkpoint["id"])))
     looker.start()
@@ -285,12 +285,14 @@ def instance_version(flow, workflow_id: str = "o-1") -> int:
 def test_K_a_look_that_is_not_due_yet_commits_nothing(flow, database, clock):
     flow.publish(signal_flow_definition())
     flow.start("o-1", input={"order_id": "o-1"})
-    (root,) = flow.rows("SELECT id FROM checkpoints")
-    flow.rows("UPDATE checkpoints SET available_at = %s", (clock.now() + timedelta(seconds=30),))  # backed off
+    (root,) = flow.rows("SELECT id FROM checkpoints WHERE due_at <= %s", (clock.now(),))  # the first look
+    flow.rows(
+        "UPDATE checkpoints SET available_at = %s WHERE id = %s", (clock.now() + timedelta(seconds=30), root["id"])
+    )
     before = instance_version(flow)
     assert engine.process_checkpoint(database, root["id"]) is None
     assert instance_version(flow) == before
-    assert flow.rows("SELECT id FROM checkpoints") == [root]
+    assert flow.rows("SELECT id FROM checkpoints WHERE id = %s", (root["id"],)) == [root]  # backed off, kept
 
 
 def test_K_a_look_that_finds_nothing_to_decide_deletes_its_checkpoint_and_nothing_else(flow, database, clock):
@@ -349,7 +351,9 @@ def test_p4_p7_lease_expiry_and_step_deadline_end_the_task_alike_whichever_looks
     flow.scan()
     task = flow.claim(lease_seconds=lease_seconds).json
     clock.advance(4000)
-    (deadline_look,) = flow.rows("SELECT id FROM checkpoints WHERE kind = 'ROOT'")
+    (deadline_look,) = flow.rows(  # the step's deadline (the workflow's, I6, is later)
+        "SELECT id FROM checkpoints WHERE kind = 'ROOT' ORDER BY due_at LIMIT 1"
+    )
     (running,) = flow.rows("SELECT id, queue_id FROM tasks")
     units = [
         lambda: tasks.expire_lease(database, running["id"], running["queue_id"]),

@@ -61,9 +61,14 @@ def test_i1_i2_start_writes_instance_root_checkpoint_event_and_audit(client, hea
         (s["key"], s["type"], s["status"], s["activation_sequence"], s["wait"], s["task"]) for s in body["steps"]
     ] == [("reserve", "TASK", "NOT_STARTED", None, None, None), ("payment", "SIGNAL", "NOT_STARTED", None, None, None)]
 
-    (checkpoint,) = rows(database, "SELECT kind, wait_id, due_at, available_at, attempts FROM checkpoints")
-    now = clock.now()
-    assert checkpoint == {"kind": "ROOT", "wait_id": None, "due_at": now, "available_at": now, "attempts": 0}
+    checkpoints = rows(
+        database, "SELECT kind, wait_id, due_at, available_at, attempts FROM checkpoints ORDER BY due_at"
+    )
+    now, deadline = clock.now(), clock.now() + timedelta(seconds=600)
+    assert checkpoints == [  # the first look, and the one at the total deadline (I6)
+        {"kind": "ROOT", "wait_id": None, "due_at": now, "available_at": now, "attempts": 0},
+        {"kind": "ROOT", "wait_id": None, "due_at": deadline, "available_at": deadline, "attempts": 0},
+    ]
     (event,) = rows(database, "SELECT seq, type FROM events")
     assert event == {"seq": 1, "type": "WORKFLOW_STARTED"}
     (audit,) = rows(
@@ -196,7 +201,7 @@ def test_i1_concurrent_starts_of_one_workflow_id_make_one_instance(database, ten
     assert len(outcomes) == 8
     assert len({instance_id for instance_id, _ in outcomes}) == 1
     assert sorted(created for _, created in outcomes) == [False] * 7 + [True]
-    assert len(rows(database, "SELECT id FROM checkpoints")) == 1
+    assert len(rows(database, "SELECT id FROM checkpoints")) == 2  # one start's: due now, and at the deadline
 
 
 def test_read_workflow_and_404(client, headers):

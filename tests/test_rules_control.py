@@ -36,3 +36,16 @@ CASES = [
 )
 def test_r1_transition(action, status, expected):
     assert transition(action, status) == expected
+
+
+@pytest.mark.parametrize(
+    "action, status, expected",
+    [
+        ("resume", "PAUSED", Transition("RUNNING", "CLOSED")),  # the deadline still holds the gate (I3, I6)
+        ("pause", "RUNNING", PAUSED),
+        ("cancel", "PAUSED", CANCELLED),
+        ("resume", "NEEDS_REVIEW", None),
+    ],
+)
+def test_I6_r1_a_transition_past_the_total_deadline_never_opens_the_gate(action, status, expected):
+    assert transition(action, status, deadline_passed=True) == expected
