@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from helpers import OPERATOR_SCOPES, sdk_client, signal_flow_definition, task_steps
@@ -167,6 +168,32 @@ def test_review_errors_print_code_detail_and_pointers(ops, flow, capsys):
     assert (code, out) == (1, "")
     assert err.splitlines()[0].startswith("weave: VALIDATION_FAILED: ")
     assert any(line.startswith("  /") for line in err.splitlines()[1:])
+
+
+def test_R2_R4_a_workflow_stopped_by_time_is_refused_a_step_action_with_what_now_and_extended(ops, flow, clock, capsys):
+    ops.publish_definition(task_steps("reserve", "ship"))
+    ops.start_workflow("flow", 1, {}, 100, workflow_id="order-1")
+    clock.advance(100)
+    flow.scan()  # stopped at its deadline before its first step (I4)
+    code, out, err = run(capsys, "workflow", "show", "order-1")
+    assert code == 0 and "NEEDS_REVIEW (DEADLINE_EXCEEDED), gate CLOSED" in out
+    assert "what now: weave workflow review order-1 --action extend_deadline --deadline-seconds S" in out
+    argv = ("workflow", "review", "order-1", "--reason", "OPS-7")
+    code, out, err = run(capsys, *argv, "--action", "retry_step", "--step", "reserve")
+    assert (code, out) == (1, "")
+    lines = err.splitlines()
+    assert lines[0].startswith("weave: INVALID_STATE: step 'reserve' is NOT_STARTED, not under review")
+    assert "extend_deadline (with deadline_seconds) lets it go on" in lines[0]
+    assert lines[1:] == [
+        "  what now: weave workflow review order-1 --action extend_deadline --deadline-seconds S --reason TEXT"
+        "   (it then goes on)",
+        "  what now: weave workflow review order-1 --action fail|cancel --reason TEXT",
+    ]
+    code, out, err = run(capsys, *argv, "--action", "extend_deadline", "--deadline-seconds", "600")
+    assert (code, err, out) == (0, "", "workflow order-1: RUNNING, gate OPEN\n")
+    assert ops.get_workflow("order-1").step("reserve").status == "ACTIVE"
+    extended = ops.review("order-1", "extend_deadline", "OPS-8", deadline_seconds=60)  # the SDK's call (R4)
+    assert extended.raw["deadline_at"] == (clock.now() + timedelta(seconds=60)).isoformat(timespec="microseconds") + "Z"
 
 
 def test_workflow_list(ops, capsys):

@@ -387,6 +387,48 @@ def test_a_refused_action_shows_the_problem_next_to_its_field_and_keeps_what_was
     assert "&#34;amount&#34;: 12.50" in console.get(PAGE).text  # the result exactly as typed
 
 
+def test_R4_extend_deadline_from_the_console_is_the_apis_and_says_what_time_stopped(console, operator, flow, clock):
+    flow.publish(task_steps("reserve", "ship"))
+    flow.start("order-1", deadline_seconds=100)
+    clock.advance(100)
+    flow.scan()
+    assert flow.workflow("order-1")["review_reason"] == "DEADLINE_EXCEEDED"  # before its first step
+    console.sign_in(operator)
+    page = console.get(PAGE).text
+    assert 'id="form-extend_deadline"' in page and 'id="form-retry_step"' not in page
+    assert "extend the deadline to let it go on" in page and "Only time stopped this workflow" in page
+
+    word = console.act("review", action="extend_deadline", deadline_seconds="soon", reason="OPS-9")
+    assert word.status_code == 422
+    assert 'id="extend_deadline-deadline_seconds-error">a whole number of seconds' in word.text
+    assert 'value="soon"' in word.text  # kept, to be corrected
+    too_long = console.act("review", action="extend_deadline", deadline_seconds="31622401", reason="OPS-9")
+    assert too_long.status_code == 422 and 'id="extend_deadline-deadline_seconds-error">' in too_long.text
+    assert flow.workflow("order-1")["status"] == "NEEDS_REVIEW"
+
+    done = console.act("review", action="extend_deadline", deadline_seconds="600", reason="carrier late, OPS-9")
+    assert (done.status_code, done.headers["location"]) == (303, PAGE + "?done=extend_deadline")
+    assert "The total deadline was extended." in console.get(done.headers["location"]).text
+    workflow = flow.workflow("order-1")
+    assert (workflow["status"], workflow["gate"], workflow["steps"][0]["status"]) == ("RUNNING", "OPEN", "ACTIVE")
+
+
+def test_I6_the_page_of_a_running_workflow_past_its_deadline_says_why_its_gate_is_closed(
+    console, operator, flow, clock
+):
+    flow.publish(task_steps("reserve", "ship", timeout=3600))
+    flow.start("order-1", deadline_seconds=100)
+    flow.scan()
+    flow.claim(lease_seconds=3600)
+    console.sign_in(operator)
+    assert 'id="gate-reason"' not in console.get(PAGE).text
+    clock.advance(100)
+    flow.scan()
+    page = console.get(PAGE).text
+    assert re.search(r'id="workflow-gate">CLOSED<', page) and 'id="gate-reason"' in page
+    assert 'id="form-extend_deadline"' in page and "DEADLINE_PASSED" in page  # in the history
+
+
 def test_pause_resume_and_cancel(console, operator, flow):
     flow.publish(signal_flow_definition())
     flow.start("order-1", input={"order_id": "o-1"})

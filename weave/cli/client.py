@@ -8,6 +8,7 @@ These commands talk to a running Weave over HTTP with a token, never to the data
     weave workflow events ID
     weave workflow pause|resume|cancel ID --reason TEXT
     weave workflow review ID --action retry_step|complete_step|fail|cancel [--step KEY] [--result JSON] --reason TEXT
+    weave workflow review ID --action extend_deadline --deadline-seconds S --reason TEXT
     weave signal send ID --step KEY --name NAME --payload-version V --correlation-key K
                          [--sequence N] [--payload JSON] [--evidence-ref REF] [--idempotency-key KEY] --reason TEXT
     weave signal list ID [--status S]
@@ -36,7 +37,7 @@ JSON_CELL_MAX_CHARS = 60  # results, inputs, event data: the first characters sa
 TEXT_CELL_MAX_CHARS = 120
 WORKFLOW_STATUSES = ("RUNNING", "PAUSED", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED")
 SIGNAL_STATUSES = ("PENDING", "CONSUMED", "REJECTED", "EXPIRED")
-REVIEW_ACTIONS = ("retry_step", "complete_step", "fail", "cancel")
+REVIEW_ACTIONS = ("retry_step", "complete_step", "fail", "cancel", "extend_deadline")
 
 
 # ---- arguments ------------------------------------------------------------------------------------
@@ -72,8 +73,12 @@ def _client(args) -> sdk.Client | None:
     return sdk.Client(url, token, namespace, timeout=args.timeout)
 
 
-def _command(run: Callable[[sdk.Client, argparse.Namespace], None]) -> Callable[[argparse.Namespace], int]:
-    """A command that prints a problem answer (code, detail, pointers) and exits 1 on it."""
+def _command(
+    run: Callable[[sdk.Client, argparse.Namespace], None],
+    what_now: Callable[[sdk.Client, argparse.Namespace, sdk.WeaveError], list[str]] | None = None,
+) -> Callable[[argparse.Namespace], int]:
+    """A command that prints a problem answer (code, detail, pointers, and the commands `what_now`
+    suggests instead) and exits 1 on it."""
 
     def command(args) -> int:
         client = _client(args)
@@ -86,6 +91,8 @@ def _command(run: Callable[[sdk.Client, argparse.Namespace], None]) -> Callable[
             print(f"weave: {exc.code}: {exc.detail}", file=sys.stderr)
             for error in exc.errors:
                 print(f"  {error.get('pointer') or '/'}: {error.get('message', '')}", file=sys.stderr)
+            for line in what_now(client, args, exc) if what_now else ():
+                print(f"  what now: {line}", file=sys.stderr)
             return 1
         return 0
 
@@ -122,6 +129,23 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
 def _status_line(workflow: sdk.Workflow) -> str:
     reason = f" ({workflow.review_reason})" if workflow.review_reason else ""
     return f"workflow {workflow.workflow_id}: {workflow.status}{reason}, gate {workflow.gate}"
+
+
+def _what_now(workflow: sdk.Workflow) -> list[str]:
+    """The commands that repair a workflow in NEEDS_REVIEW, for a person reading `show` or a refused
+    review: the step under review's, or, when the workflow stopped at its total deadline before a
+    step started (no step under review), a new deadline; failing or cancelling it always."""
+    if workflow.status != "NEEDS_REVIEW":
+        return []
+    command = f"weave workflow review {workflow.workflow_id}"
+    under_review = next((step.key for step in workflow.steps if step.status == "NEEDS_REVIEW"), None)
+    if under_review is not None:
+        first = f"{command} --action retry_step|complete_step --step {under_review} [--result JSON] --reason TEXT"
+    elif workflow.review_reason == "DEADLINE_EXCEEDED":
+        first = f"{command} --action extend_deadline --deadline-seconds S --reason TEXT   (it then goes on)"
+    else:
+        first = None
+    return [line for line in (first, f"{command} --action fail|cancel --reason TEXT") if line]
 
 
 def _wait_cell(wait: sdk.Wait | None) -> str | None:
@@ -196,6 +220,8 @@ def workflow_show(client: sdk.Client, args) -> None:
         _print_json({"workflow": workflow.raw, "signals": [s.raw for s in signals]})
         return
     print(_status_line(workflow))
+    for line in _what_now(workflow):
+        print(f"  what now: {line}")
     print(f"definition {workflow.definition} v{workflow.version}, created {_time(workflow.created_at)}, ", end="")
     print(f"deadline {_time(workflow.deadline_at)}")
     print(f"input {_cell(workflow.input)}")
@@ -236,8 +262,20 @@ def workflow_control(client: sdk.Client, args) -> None:
 
 
 def workflow_review(client: sdk.Client, args) -> None:
-    workflow = client.review(args.workflow_id, args.review_action, args.reason, step_key=args.step, result=args.result)
+    workflow = client.review(
+        args.workflow_id,
+        args.review_action,
+        args.reason,
+        step_key=args.step,
+        result=args.result,
+        deadline_seconds=args.deadline_seconds,
+    )
     _print_workflow(workflow, args)
+
+
+def review_refused(client: sdk.Client, args, exc: sdk.WeaveError) -> list[str]:
+    """A review refused as things stand (INVALID_STATE): what can be done instead."""
+    return _what_now(client.get_workflow(args.workflow_id)) if exc.code == "INVALID_STATE" else []
 
 
 def _print_workflow(workflow: sdk.Workflow, args) -> None:
@@ -327,15 +365,20 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         p.add_argument("workflow_id")
         p.add_argument("--reason", required=True, help="why (audited)")
         p.set_defaults(run=_command(workflow_control))
-    p = actions.add_parser("review", parents=[remote], help="repair a workflow in NEEDS_REVIEW (R2)")
+    p = actions.add_parser(
+        "review", parents=[remote], help="repair a workflow in NEEDS_REVIEW (R2), or give it a new deadline (R4)"
+    )
     p.add_argument("workflow_id")
     p.add_argument("--action", dest="review_action", required=True, choices=REVIEW_ACTIONS)
     p.add_argument("--step", help="the step under review (retry_step, complete_step)")
     p.add_argument(
         "--result", type=json_argument, default=sdk.ABSENT, help="complete_step: the step's result, JSON or @file"
     )
+    p.add_argument(
+        "--deadline-seconds", type=int, help="extend_deadline: the new total deadline, seconds from now (1 s-366 days)"
+    )
     p.add_argument("--reason", required=True, help="why (audited)")
-    p.set_defaults(run=_command(workflow_review))
+    p.set_defaults(run=_command(workflow_review, review_refused))
 
     signal = commands.add_parser("signal", help="send and read signals through the API")
     actions = signal.add_subparsers(dest="action", required=True)

@@ -174,16 +174,25 @@ class Client:
         return _read(models.Workflow, answer)
 
     def review(
-        self, workflow_id: str, action: str, reason: str, step_key: str | None = None, result: Any = ABSENT
+        self,
+        workflow_id: str,
+        action: str,
+        reason: str,
+        step_key: str | None = None,
+        result: Any = ABSENT,
+        deadline_seconds: int | None = None,
     ) -> models.Workflow:
         """Repair a NEEDS_REVIEW workflow (R2): `action` is retry_step, complete_step (with
-        `result`, which may be None for JSON null), fail or cancel. Not retried: a repeat of
-        retry_step would start yet another activation."""
+        `result`, which may be None for JSON null), fail or cancel; or give a workflow that has not
+        ended a new total deadline, `deadline_seconds` from now (extend_deadline, R4). Not retried:
+        a repeat of retry_step would start yet another activation."""
         body: dict[str, Any] = {"action": action}
         if step_key is not None:
             body["step_key"] = step_key
         if result is not ABSENT:
             body["result"] = result
+        if deadline_seconds is not None:
+            body["deadline_seconds"] = deadline_seconds
         body["reason"] = reason
         answer = self._call("POST", self._ns("workflows", workflow_id, "review"), body=body)
         return _read(models.Workflow, answer)
