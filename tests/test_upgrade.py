@@ -404,3 +404,46 @@ def test_the_definition_queues_migration_fills_the_definitions_published_before_
             headers=flow.tenant.headers("workflows:read", queues=("inventory", "carrier")),
         )
         assert [item["workflow_id"] for item in listed.json["workflows"]] == ["order-1"]
+
+
+def test_I6_the_deadline_checkpoint_migration_gives_every_live_instance_a_look_at_its_deadline(scratch_database):
+    """0016 (issue 28, item 7): instances started before it get a ROOT checkpoint at their total
+    deadline, those that have ended none; it can run again without a second one; a deadline
+    already past closes the gate at the next scan."""
+    url = scratch_database("deadline_checkpoints")
+    with migrated_flow(url) as flow:
+        for workflow_id in ("order-1", "order-2", "order-3"):
+            flow.start(workflow_id, input={"order_id": workflow_id})
+        flow.scan()  # each has started its first step
+        control = flow.tenant.headers("workflows:control", queues=("inventory", "carrier"))
+        for workflow_id, action in (("order-2", "pause"), ("order-3", "cancel")):
+            answer = flow.client.simulate_post(
+                f"{flow.ns}/workflows/{workflow_id}/{action}", json={"reason": "r"}, headers=control
+            )
+            assert answer.status_code == 200
+        roll_back(url, "0016.deadline_checkpoints")
+        flow.rows("DELETE FROM checkpoints WHERE kind = 'ROOT'")  # as before this version
+        flow.rows(
+            "UPDATE instances SET deadline_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE workflow_id = 'order-1'"
+        )
+        looks = """
+            SELECT i.workflow_id FROM checkpoints c JOIN instances i ON i.id = c.instance_id
+            WHERE c.kind = 'ROOT' AND c.due_at = i.deadline_at AND c.available_at = i.deadline_at
+            ORDER BY i.workflow_id
+        """
+        assert flow.rows(looks) == []
+        assert migrate.apply(url) == ["0016.deadline_checkpoints"]
+        expected = [{"workflow_id": "order-1"}, {"workflow_id": "order-2"}]  # not the cancelled one
+        assert flow.rows(looks) == expected
+        conn = connect(url)  # as if the process died after the fill, before yoyo recorded the migration
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM _yoyo_migration WHERE migration_id = '0016.deadline_checkpoints'")
+        conn.commit()
+        conn.close()
+        assert migrate.apply(url) == ["0016.deadline_checkpoints"]
+        assert flow.rows(looks) == expected
+        flow.scan()
+        workflow = flow.workflow("order-1")
+        assert (workflow["status"], workflow["gate"]) == ("RUNNING", "CLOSED")
+        assert "DEADLINE_PASSED" in flow.events("order-1")
+        assert flow.workflow("order-2")["status"] == "PAUSED"
