@@ -231,6 +231,9 @@ class Model:
                 pass
 
     def _one_move(self, wf: Workflow, now: datetime) -> bool:
+        if wf.status == "RUNNING" and wf.gate == "OPEN" and now >= wf.deadline:
+            self.move(wf, "RUNNING", "CLOSED")  # I6: the ROOT look at the total deadline closes the gate
+            return True
         for step in QUEUE_OF:
             for a in wf.activations[step]:
                 if a.completed_at is not None and not a.reported:  # P7: the task's inbox event
@@ -305,10 +308,12 @@ class Model:
             a = wf.latest(step)
             if a is not None and a.status == "SUCCEEDED":
                 continue
-            if a is not None or wf.status != "RUNNING" or wf.gate != "OPEN":
+            if a is not None or wf.status != "RUNNING":
                 return False
-            if now >= wf.deadline:
+            if now >= wf.deadline:  # whether or not the deadline's look has closed the gate (I6)
                 self.move(wf, "NEEDS_REVIEW", "CLOSED", "DEADLINE_EXCEEDED")
+            elif wf.gate != "OPEN":
+                return False
             else:
                 self.activate(wf, step, 1, now)
             return True
@@ -341,14 +346,15 @@ class Model:
 
     # ---- R1, R2 ----
 
-    def control(self, wf: Workflow, action: str) -> Expected:
+    def control(self, wf: Workflow, action: str, now: datetime) -> Expected:
         allowed = {"pause": ("RUNNING",), "resume": ("PAUSED",), "cancel": ("RUNNING", "PAUSED", "NEEDS_REVIEW")}
         if wf.status not in allowed[action]:
             return Expected(409, "INVALID_STATE")
         if action == "pause":
             self.move(wf, "PAUSED", "CLOSED")
         elif action == "resume":
-            self.move(wf, "RUNNING", "OPEN")  # the next scanner pass advances it (a ROOT checkpoint due now)
+            # the next scanner pass advances it (a ROOT checkpoint due now); the deadline holds the gate (I6)
+            self.move(wf, "RUNNING", "OPEN" if now < wf.deadline else "CLOSED")
         else:
             for step in STEPS_IN_ORDER:
                 for a in wf.activations[step]:
@@ -685,7 +691,7 @@ def test_signal_model(database, weave_tables, client, clock):
                 likely = {"pause": "RUNNING", "resume": "PAUSED"}.get(action)  # mostly one it applies to
                 fitting = [w for w, wf in sorted(self.model.workflows.items()) if wf.status == likely]
                 workflow_id = data.draw(st.sampled_from(fitting * 3 + sorted(WORKFLOWS)), label="workflow")
-                expected = self.model.control(self.model.workflows[workflow_id], action)
+                expected = self.model.control(self.model.workflows[workflow_id], action, clock.now())
                 path, body = action, {"reason": "model"}
             else:
                 anywhere = [(w, s) for w in sorted(WORKFLOWS) for s in STEPS_IN_ORDER]
