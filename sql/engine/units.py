@@ -170,11 +170,11 @@ def review(
         raise WeaveError(Code[refused.code], refused.detail)
     actor = principal.actor
     data = {"action": action, "reason": reason}
-    if action != review_rules.EXTEND_DEADLINE:
-        data["step"] = step_key
     if action == review_rules.EXTEND_DEADLINE:
         _extend_deadline(tx, instance, deadline_seconds, under_review, actor, data)
-    elif action == review_rules.COMPLETE_STEP:
+    else:
+        data["step"] = step_key
+    if action == review_rules.COMPLETE_STEP:
         result_text = _operator_result(step, result)
         _close_generation(tx, instance, activation, wait, "STEP_SETTLED", wait_status="CANCELLED")
         settle.settle_step(tx, instance, activation, "SUCCEEDED", result_text, None, actor, from_status="NEEDS_REVIEW")
