@@ -1,9 +1,10 @@
 """Workflow instances: start (idempotent on workflow_id), read with their steps, list, lock, move.
 
 Lock order: the instance row first, then what hangs off it (activations, waits, signals, tasks).
-Starting writes the instance (RUNNING, gate OPEN), a ROOT checkpoint due now, the first event and
-an audit record in one transaction (I2); the checkpoint scanner activates the first step. Every
-later change of an instance's status is the engine's, through `move`.
+Starting checks the input against the definition's input schema (D5), then writes the instance
+(RUNNING, gate OPEN), a ROOT checkpoint due now, the first event and an audit record in one
+transaction (I2); the checkpoint scanner activates the first step. Every later change of an
+instance's status is the engine's, through `move`.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
+from weave import jsontext
 from weave.auth import Principal
 from weave.db import read_only, unit_of_work
-from weave.errors import Code, WeaveError
+from weave.errors import Code, WeaveError, refusal
 from weave.rules import definitions as definition_rules
 from weave.sql import audit, checkpoints, definitions, events
 from weave.times import rfc3339
@@ -243,7 +245,12 @@ def start_workflow(tx: Tx, principal: Principal, request: StartRequest) -> tuple
         raise WeaveError(
             Code.DEFINITION_NOT_FOUND, f"definition {request.definition!r} version {request.version} does not exist"
         )
-    principal.require_queues(definition_rules.queues_used(definitions.document(tx, definition.id, definition.digest)))
+    document = definitions.document(tx, definition.id, definition.digest)
+    principal.require_queues(definition_rules.queues_used(document))
+    if "input_schema" in document:  # D5: an input the definition refuses is refused before anything is written
+        problems = definition_rules.input_problems(document, jsontext.loads(request.input_text))
+        if problems:
+            raise refusal(Code.VALIDATION_FAILED, problems)
     now = tx.now()
     deadline_at = now + timedelta(seconds=request.deadline_seconds)
     instance_id = tx.insert(

@@ -104,6 +104,7 @@ def test_a_responder_without_operation_is_refused_and_never_runs(database, tenan
 N = "/v1/namespaces/{namespace}"
 OPERATIONS = [
     ("POST", f"{N}/definitions", "DEFINITION_NOT_FOUND", {"definitions:write"}),
+    ("GET", f"{N}/definitions", "DEFINITION_NOT_FOUND", {"definitions:read", "workflows:read"}),
     (
         "GET",
         f"{N}/definitions/{{name}}/versions/{{version:int(min=1)}}",

@@ -177,3 +177,172 @@ def test_publish_is_audited_with_actor_and_digest(client, headers, database):
         lambda tx: tx.one("SELECT actor, action, request_digest FROM audit_records WHERE action = 'definition.publish'")
     )
     assert row == {"actor": "tester", "action": "definition.publish", "request_digest": first.json["digest"]}
+
+
+# ---- D5: the input schema, and the list ------------------------------------------------------------
+
+ORDER_INPUT = {
+    "type": "object",
+    "required": ["order_id"],
+    "properties": {"order_id": {"type": "string", "pattern": "^o-[0-9]+$"}, "total": {"type": "number"}},
+}
+
+
+def with_input_schema(schema, **kwargs) -> dict:
+    return {**doc(**kwargs), "input_schema": schema}
+
+
+def start(client, tenant, input, workflow_id="w1", version=1):
+    headers = tenant.headers("workflows:start", queues=("inventory", "carrier"))
+    body = {"definition": "order", "version": version, "input": input, "deadline_seconds": 600}
+    return client.simulate_post(
+        "/v1/namespaces/acme/workflows", json={**body, "workflow_id": workflow_id}, headers=headers
+    )
+
+
+def rows_written(database) -> dict:
+    """Rows a start writes (the audit records of starts: minting a credential is audited too)."""
+    counts = {t: f"SELECT COUNT(*) AS n FROM {t}" for t in ("instances", "checkpoints", "events")}
+    counts["audit"] = "SELECT COUNT(*) AS n FROM audit_records WHERE action = 'workflow.start'"
+    return {name: database.run(lambda tx: tx.one(sql))["n"] for name, sql in counts.items()}
+
+
+def test_D5_a_document_without_input_schema_keeps_its_digest_and_behaves_as_before(client, headers, tenant):
+    """The digest of a document written before D5 is what it was (pinned here), and any input starts it."""
+    published = publish(client, headers, doc())
+    assert published.json["digest"] == "83637b153f65aef71f6c30206e85481c9824b46ced1ccae30eb18a3da13263d0"
+    assert start(client, tenant, ["any", {"input": None}]).status_code == 201
+    with_schema = publish(client, headers, with_input_schema(ORDER_INPUT))
+    assert (with_schema.status_code, with_schema.json["version"]) == (201, 2)
+    assert with_schema.json["digest"] != published.json["digest"]
+    read = client.simulate_get("/v1/namespaces/acme/definitions/order/versions/2", headers=headers)
+    assert read.json["document"]["input_schema"] == ORDER_INPUT
+
+
+def test_D5_start_checks_the_input_against_the_input_schema_and_writes_nothing_when_it_breaks_it(
+    client, headers, tenant, database
+):
+    publish(client, headers, with_input_schema(ORDER_INPUT))
+    before = rows_written(database)
+    refused = start(client, tenant, {"order_id": "order one", "total": "12"})
+    assert (refused.status_code, refused.json["code"]) == (422, "VALIDATION_FAILED")
+    assert [e["pointer"] for e in refused.json["errors"]] == ["/input/order_id", "/input/total"]
+    assert refused.json["detail"].startswith("/input/order_id: ")
+    missing = start(client, tenant, {})
+    assert [e["pointer"] for e in missing.json["errors"]] == ["/input"]
+    assert "'order_id' is a required property" in missing.json["errors"][0]["message"]
+    assert rows_written(database) == before  # no instance, checkpoint, event or audit record
+    started = start(client, tenant, {"order_id": "o-1", "total": 129.90})
+    assert (started.status_code, started.json["status"]) == (201, "RUNNING")
+    # Checked on every start, with the document's own schema: a start of version 1 again
+    # (idempotent) answers the instance; another id with a bad input is still refused.
+    assert start(client, tenant, {"order_id": "o-1", "total": 129.90}).status_code == 200
+    assert start(client, tenant, {"order_id": 1}, workflow_id="w2").status_code == 422
+
+
+def test_D5_the_input_is_checked_after_the_grants_and_by_the_payload_validator(client, headers, tenant):
+    """A credential without the definition's queues learns nothing of its schema (403 first); the
+    input schema's patterns run on RE2 and its integers are JSON Schema's (1.0 is an integer)."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "s": {"pattern": "^(a|b)*$"}}}
+    publish(client, headers, with_input_schema(schema))
+    body = {"definition": "order", "version": 1, "input": {"n": "x"}, "deadline_seconds": 600}
+    no_grant = client.simulate_post(
+        "/v1/namespaces/acme/workflows", json=body, headers=tenant.headers("workflows:start", queues=("inventory",))
+    )
+    assert (no_grant.status_code, no_grant.json["code"]) == (403, "FORBIDDEN")
+    assert start(client, tenant, {"n": 1.0, "s": "abab"}).status_code == 201
+    assert [e["pointer"] for e in start(client, tenant, {"s": "abc"}, workflow_id="w2").json["errors"]] == ["/input/s"]
+
+
+@pytest.mark.parametrize(
+    "schema, pointer, message",
+    [
+        ({"type": 5}, "/input_schema", "not a valid Draft 2020-12 schema"),
+        ({"pattern": "(a)\\1"}, "/input_schema/pattern", ""),  # a backreference: RE2 cannot run it
+        ({"$ref": "https://example.com/s.json"}, "/input_schema/$ref", "only local references"),
+        ("object", "/input_schema", ""),  # not a schema: the document's own JSON Schema refuses it
+    ],
+)
+def test_D5_an_input_schema_is_checked_at_publish_like_a_payload_schema(
+    client, headers, database, schema, pointer, message
+):
+    refused = publish(client, headers, with_input_schema(schema))
+    assert (refused.status_code, refused.json["code"]) == (422, "VALIDATION_FAILED"), refused.text
+    assert pointer in [e["pointer"] for e in refused.json["errors"]], refused.json
+    assert message in refused.json["errors"][0]["message"]
+    assert database.run(lambda tx: tx.one("SELECT COUNT(*) AS n FROM definitions"))["n"] == 0
+
+
+def test_D5_an_input_schema_has_the_limits_of_a_payload_schema_and_shares_the_publish_budget():
+    """The same limits of shape (here: nesting), and one budget for every schema of the document:
+    payload schemas within the budget alone are over it with the input schema beside them."""
+    from weave.rules import definitions as definition_rules
+    from weave.schemas import publish as limits
+
+    nested: dict = {}
+    for _ in range(limits.MAX_SCHEMA_DEPTH):
+        nested = {"not": nested}
+    (problem,) = definition_rules.problems(with_input_schema(nested))
+    assert problem.pointer.startswith("/input_schema/not/not") and "nested deeper than" in problem.message
+
+    items = limits.MAX_SCHEMA_CHARS // 3
+    document = doc()
+    document["steps"][1]["signal"]["payload_schema"] = {"title": "payment", "enum": [0] * items}
+    assert definition_rules.problems(document) == []
+    over = with_input_schema({"title": "input", "enum": [0] * items})
+    over["steps"] = document["steps"]
+    found = definition_rules.problems(over)
+    assert [f"more than the {limits.PUBLISH_BUDGET_UNITS:,} units" in p.message for p in found] == [True]
+
+
+def listed(client, headers, query="") -> dict:
+    result = client.simulate_get("/v1/namespaces/acme/definitions", query_string=query, headers=headers)
+    assert result.status_code == 200, result.text
+    return result.json
+
+
+def test_D5_the_list_gives_the_newest_version_of_each_name_in_name_order_page_by_page(client, headers, other_tenant):
+    published = {}
+    for name, versions in (("refund", 2), ("order", 3), ("Zeta", 1), ("audit.v2", 1), ("order-old", 1)):
+        for timeout in range(1, versions + 1):
+            published[name] = publish(client, headers, doc(name=name, timeout=timeout)).json
+    outsider = other_tenant.headers("definitions:write", queues=("inventory",))
+    client.simulate_post("/v1/namespaces/globex/definitions", json=doc(name="invoice"), headers=outsider)
+    everything = listed(client, headers)
+    names = sorted(published, key=str.encode)  # byte order: "Zeta" before "audit.v2"
+    assert everything == {"definitions": [published[n] for n in names], "next_after": None}
+    assert [d["version"] for d in everything["definitions"]] == [1, 1, 3, 1, 2]
+
+    pages, after = [], ""
+    while True:
+        page = listed(client, headers, f"limit=2&after={after}")
+        pages.append([d["name"] for d in page["definitions"]])
+        if page["next_after"] is None:
+            break
+        assert page["next_after"] == page["definitions"][-1]["name"]
+        after = page["next_after"]
+    assert pages == [names[0:2], names[2:4], names[4:]]
+
+    assert listed(client, headers, "name=order")["definitions"] == [published["order"]]
+    assert listed(client, headers, "name=nothing") == {"definitions": [], "next_after": None}
+    assert listed(client, headers, "after=refund") == {"definitions": [], "next_after": None}
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=1001", "limit=x", "name=a%20b", "after=" + "x" * 129])
+def test_D5_list_parameters_that_break_their_rule_are_422(client, headers, query):
+    refused = client.simulate_get("/v1/namespaces/acme/definitions", query_string=query, headers=headers)
+    assert (refused.status_code, refused.json["code"]) == (422, "VALIDATION_FAILED")
+    assert refused.json["errors"][0]["pointer"] == "?" + query.split("=")[0]
+
+
+def test_D5_the_list_needs_definitions_read_or_workflows_read_in_the_namespace(client, headers, tenant, other_tenant):
+    publish(client, headers, doc())
+    path = "/v1/namespaces/acme/definitions"
+    assert client.simulate_get(path).status_code == 401
+    for scopes in (("definitions:read",), ("workflows:read",)):
+        assert [d["name"] for d in listed(client, tenant.headers(*scopes))["definitions"]] == ["order"]
+    for scopes in (("definitions:write",), ("workflows:start", "workflows:signal")):
+        refused = client.simulate_get(path, headers=tenant.headers(*scopes))
+        assert (refused.status_code, refused.json["code"]) == (403, "FORBIDDEN")
+    outsider = client.simulate_get(path, headers=other_tenant.headers("definitions:read", "workflows:read"))
+    assert (outsider.status_code, outsider.json["code"]) == (404, "DEFINITION_NOT_FOUND")

@@ -640,3 +640,44 @@ def test_every_hot_path_statement_reads_through_an_index(crowded, database):
         assert (table, key) in keys_used(plans[name]), (name, plans[name])
     for name in INDEX_ONLY:
         assert all("Using index" in (row["Extra"] or "") for row in plans[name]), (name, plans[name])
+
+
+def test_D5_the_definitions_list_reads_the_index_of_the_pages_names_only(populated, other_tenant):
+    """GET {N}/definitions: `uq_definitions_name_version` read in order from the cursor, without a
+    sort, stopping once the page has its names (the entries of those names only: every version of
+    each), then each listed row by that key; and the newest of one name by the same key."""
+    database = populated
+    versions, page = 8, 10
+    for owner in ("acme", "globex"):  # another namespace's definitions, interleaved by name
+        namespace_id = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = %s", (owner,)))["id"]
+        rows = [(namespace_id, f"def-{n:03d}", v) for n in range(200) for v in range(1, versions + 1)]
+        database.run(
+            lambda tx: tx.executemany(
+                "INSERT INTO definitions (namespace_id, name, version, digest, document, queues, created_at)"
+                " VALUES (%s, %s, %s, REPEAT('0', 64), '{}', '', NOW(6))",
+                rows,
+            )
+        )
+    database.run(lambda tx: tx.execute("ANALYZE TABLE definitions"))
+    ns = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = 'acme'"))["id"]
+    for after in ("", "def-050"):
+        params = (ns, after, page + 1, ns)
+        plan = explain(database, definitions.SELECT_NEWEST_VERSIONS, params)
+        (scan,) = [row for row in plan if row["table"] == "definitions"]
+        assert (scan["key"], scan["type"]) == ("uq_definitions_name_version", "range"), plan
+        assert "Using index" in scan["Extra"] and "filesort" not in scan["Extra"], plan
+        assert {(row["table"], row["key"], row["type"]) for row in plan if row["table"] == "d"} == {
+            ("d", "uq_definitions_name_version", "eq_ref")
+        }
+
+        def handler_reads(tx):
+            tx.execute("FLUSH STATUS")
+            listed = tx.all(definitions.SELECT_NEWEST_VERSIONS, params)
+            status = tx.all("SHOW SESSION STATUS LIKE 'Handler_read_next'")
+            return listed, int(status[0]["Value"])
+
+        listed, read_next = database.run(handler_reads)
+        assert len(listed) == page + 1 and {row["version"] for row in listed} == {versions}
+        assert read_next <= (page + 1) * versions, read_next  # not the namespace's 1,600 entries
+    one = explain(database, definitions.SELECT_NEWEST_VERSION_OF_NAME, (ns, "def-007", ""))
+    assert keys_used(one) == {("definitions", "uq_definitions_name_version")}, one

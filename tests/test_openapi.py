@@ -21,7 +21,7 @@ def test_openapi_lists_every_served_operation_with_its_request_schema(client):
     document = client.simulate_get("/v1/openapi.json").json
     assert document["openapi"] == "3.1.0"
     paths = document["paths"]
-    assert set(paths["/v1/namespaces/{namespace}/definitions"]) == {"post"}
+    assert set(paths["/v1/namespaces/{namespace}/definitions"]) == {"get", "post"}
     assert set(paths["/v1/namespaces/{namespace}/workflows/{workflow_id}"]) == {"get"}
     assert "/v1/namespaces/{namespace}/definitions/{name}/versions/{version}" in paths
     assert {"/healthz", "/readyz", "/v1/openapi.json"} <= set(paths)
@@ -253,6 +253,9 @@ def test_every_operation_of_a_real_flow_answers_as_documented(documented, tenant
     assert flow.publish(definition) == 1  # 200: identical to the latest
     assert c.simulate_get(f"{ns}/definitions/flow/versions/1", headers=everything).status_code == 200
     assert c.simulate_get(f"{ns}/definitions/flow/versions/9", headers=everything).status_code == 404
+    listed = c.simulate_get(f"{ns}/definitions", query_string="limit=1", headers=everything).json
+    assert [d["name"] for d in listed["definitions"]] == ["flow"] and listed["next_after"] is None
+    assert c.simulate_get(f"{ns}/definitions", query_string="after=a%20b", headers=everything).status_code == 422
 
     flow.start("wf-1", input={"order_id": "o-1"})
     flow.start("wf-1", input={"order_id": "o-1"})  # 200: the same start again

@@ -89,9 +89,11 @@ by_operation = pytest.mark.parametrize("op", PROTECTED, ids=[op_id(op) for op in
 
 
 def definition(name: str, queues: tuple[str, str] = QUEUES) -> dict:
-    """TASK -> SIGNAL -> TASK, plus a POLL step, so that a document has every field a step can have."""
+    """TASK -> SIGNAL -> TASK, plus a POLL step, so that a document has every field a step can have,
+    and an input schema (D5)."""
     document = signal_flow_definition()
     document["name"] = name
+    document["input_schema"] = {"type": "object", "required": ["order_id"], "title": "an order"}
     document["steps"][0]["queue"], document["steps"][2]["queue"] = queues
     document["steps"].append(
         {
@@ -266,6 +268,7 @@ CALLS: dict[tuple[str, str], list[Callable[[World], Call]]] = {
     ("GET", "/v1/openapi.json"): [lambda w: Call({})],
     ("GET", "/metrics"): [lambda w: Call({})],
     ("POST", f"{N}/definitions"): [lambda w: Call({}, definition(w.unique("def")), ok=201)],
+    ("GET", f"{N}/definitions"): [lambda w: Call({}, query={"name": "flow", "after": "a", "limit": "10"})],
     ("GET", f"{N}/definitions/{{name}}/versions/{{version:int(min=1)}}"): [
         lambda w: Call({"name": "flow", "version": "1"})
     ],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+from typing import Sequence
 
 import falcon
 
@@ -68,6 +69,13 @@ class WeaveError(Exception):
         self.detail = detail
         self.errors = errors or []
         self.headers = headers or {}
+
+
+def refusal(code: Code, problems: Sequence) -> WeaveError:
+    """The error refusing a request for `problems` (at least one `weave.rules.problems.Problem`):
+    each one's pointer and message in `errors`, the first one's as the detail."""
+    errors = [{"pointer": p.pointer, "message": p.message} for p in problems]
+    return WeaveError(code, f"{errors[0]['pointer']}: {errors[0]['message']}", errors)
 
 
 def problem(code: Code, detail: str, errors: list[dict] | None = None) -> dict:
