@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 from helpers import OPERATOR_SCOPES, sdk_client, signal_flow_definition, task_steps
+from test_poll import final, poll_definition
 from test_sdk import OPEN_CONTRACT, note
 
 from weave.cli import main
+from weave.cli.client import EVENT_FIELDS_FIRST
 from weave.sdk import dumps, loads
 
 EXACT = '{"amount":129.90,"fx":{"rate":1.0000000000000000000000000001,"from":"EUR"}}'
@@ -102,13 +105,74 @@ def test_workflow_show_lists_steps_waits_tasks_and_signals_with_dispositions(ord
     assert [s["status"] for s in shown["signals"]] == ["REJECTED", "CONSUMED"]
 
 
+def event_blocks(out: str) -> list[str]:
+    """The rows of `workflow events`, each with its wrapped lines joined (those start with spaces)."""
+    blocks: list[str] = []
+    for line in out.splitlines()[1:]:
+        if line.startswith(" "):
+            blocks[-1] += " " + line.strip()
+        else:
+            blocks.append(line)
+    return blocks
+
+
 def test_workflow_events(order, capsys):
     code, out, _ = run(capsys, "workflow", "events", "order-1")
     lines = out.splitlines()
     assert code == 0 and lines[0].split() == ["SEQ", "AT", "TYPE", "DATA"]
-    assert [line.split()[3] for line in lines[1:]] == [e.type for e in order.events("order-1")]
+    assert [block.split()[3] for block in event_blocks(out)] == [e.type for e in order.events("order-1")]
     code, out, _ = run(capsys, "workflow", "events", "order-1", "--json")
     assert [e["seq"] for e in json.loads(out)["events"]] == [e.seq for e in order.events("order-1")]
+
+
+def test_workflow_events_show_every_member_of_the_data_and_a_decision_its_rule_first(ops, flow, capsys):
+    """Issue 28 item 12: the decision, the rule and the outcome are shown whole (they were cut at 60
+    characters), first in their rows, and every other member follows, wrapped, not cut."""
+    ops.publish_definition(poll_definition())
+    ops.start_workflow("flow", 1, {"order_id": "o-1"}, 3600, workflow_id="shipment-1")
+    flow.scan()
+    flow.finish_task(final(), queue="carrier")
+    code, out, err = run(capsys, "workflow", "events", "shipment-1")
+    assert (code, err) == (0, "")
+    assert all(len(line) <= 140 for line in out.splitlines())
+    blocks = dict(zip([e.seq for e in ops.events("shipment-1")], event_blocks(out)))
+    for event in ops.events("shipment-1"):
+        shown = blocks[event.seq].split(None, 4)[4]  # after SEQ, the date and time of AT, and TYPE
+        first = [name for name in EVENT_FIELDS_FIRST if name in event.data]
+        assert [part.split("=", 1)[0] for part in shown.split()] == first + [n for n in event.data if n not in first]
+        if event.type == "POLL_DECIDED":
+            assert shown.startswith("decision=QUERY_WINS rule=C2.1 report=FINAL"), shown
+        if event.type == "QUERY_RESULT_RECORDED":
+            assert shown.startswith("outcome=SUCCEEDED report=FINAL"), shown
+            assert 'result={"state":"FINAL","result":{"status":"delivered"' in shown
+
+
+def test_a_replayed_send_says_its_receipt_is_frozen_and_prints_the_current_state(order, flow, capsys, tenant):
+    """Issue 28 item 13: the replay's receipt still says PENDING (S1.7); the line below it says what
+    the signal is now, read with one GET, and a winner's disposition is `won`."""
+    argv = ("signal", "send", "order-1", *SEND, "--correlation-key", "o-1", "--payload", '{"amount":5}')
+    code, first, _ = run(capsys, *argv, "--idempotency-key", "psp-evt-1")
+    assert code == 0 and len(first.splitlines()) == 1 and "replay" not in first
+    flow.scan()  # the wait takes it
+    code, again, err = run(capsys, *argv, "--idempotency-key", "psp-evt-1")
+    receipt, now = again.splitlines()
+    assert (code, err) == (0, "")
+    assert receipt.startswith(first.split(",")[0] + ", accepted ") and ": PENDING, " in receipt
+    assert receipt.endswith("a replay of the first send")
+    assert now == "  that receipt is frozen at the first acceptance; the signal now: CONSUMED (won)"
+    code, out, _ = run(capsys, "signal", "list", "order-1")
+    assert out.splitlines()[1].split()[4:6] == ["CONSUMED", "won"]
+    signal_id = out.splitlines()[1].split()[0]
+    code, out, _ = run(capsys, "signal", "show", "order-1", signal_id)
+    assert ["disposition", "won"] in [line.split() for line in out.splitlines()]
+    code, out, _ = run(capsys, "signal", "show", "order-1", signal_id, "--json")
+    assert loads(out)["disposition"] is None  # the server's answer, unchanged
+
+    # A credential that may send but not read: the receipt, and why the current state is not shown.
+    sender = tenant.token("workflows:signal", queues=("inventory", "carrier"))
+    code, again, err = run(capsys, *argv, "--idempotency-key", "psp-evt-1", "--token", sender)
+    assert (code, err) == (0, "")
+    assert again.splitlines()[1].endswith("the signal now: not readable with this token (reading needs workflows:read)")
 
 
 def test_signal_list_and_show(ops, capsys):
@@ -194,3 +258,52 @@ def test_errors_and_missing_settings(ops, capsys, monkeypatch, live_url):
     with pytest.raises(SystemExit) as usage:
         main(["signal", "send", "order-1", *SEND, "--correlation-key", "o-1", "--payload", "{not json"])
     assert usage.value.code == 2 and "is not JSON" in capsys.readouterr().err
+
+
+def test_D5_definition_publish_list_and_show(ops, capsys, tmp_path, monkeypatch):
+    document = signal_flow_definition()
+    path = tmp_path / "flow.json"
+    path.write_text(json.dumps(document))
+    code, out, err = run(capsys, "definition", "publish", str(path))
+    published = ops.get_definition("flow", 1)
+    assert (code, err) == (0, "") and out == f"definition flow v1: published, digest {published.digest}\n"
+    code, out, _ = run(capsys, "definition", "publish", str(path))
+    assert out == f"definition flow v1: identical to the latest version: nothing published, digest {published.digest}\n"
+    document["input_schema"] = {"type": "object", "required": ["order_id"]}
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(document)))
+    code, out, _ = run(capsys, "definition", "publish", "-", "--json")
+    assert (code, loads(out)["version"]) == (0, 2)
+    ops.publish_definition(task_steps("reserve") | {"name": "audit"})
+
+    code, out, _ = run(capsys, "definition", "list")
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[0] == ["NAME", "VERSION", "PUBLISHED", "DIGEST"]
+    newest = {d.name: d for d in ops.list_definitions()}
+    assert [(r[0], r[1], r[4]) for r in rows[1:]] == [
+        (name, str(newest[name].version), newest[name].digest[:12]) for name in ("audit", "flow")
+    ]
+    code, out, _ = run(capsys, "definition", "list", "--name", "flow", "--json")
+    assert [(d["name"], d["version"]) for d in loads(out)["definitions"]] == [("flow", 2)]
+    assert run(capsys, "definition", "list", "--name", "nothing")[1] == "no definitions\n"
+
+    code, out, _ = run(capsys, "definition", "show", "flow")  # the newest: version 2
+    lines = out.splitlines()
+    assert lines[0].startswith("definition flow v2, published ")
+    assert lines[2] == 'input schema {"type":"object","required":["order_id"]}'
+    steps = [line.split() for line in lines[lines.index("") + 1 :]]
+    assert steps[0] == ["STEP", "TYPE", "QUEUE", "TIMEOUT", "ATTEMPTS", "EVERY", "SIGNAL", "CORRELATION"]
+    assert steps[2] == ["payment", "SIGNAL", "-", "3600s", "-", "-", "payment.settled", "v1", "/input/order_id"]
+    code, out, _ = run(capsys, "definition", "show", "flow", "--version", "1")
+    assert out.splitlines()[0].startswith("definition flow v1, ") and "input schema (none: any input)" in out
+    code, out, _ = run(capsys, "definition", "show", "flow", "--version", "1", "--json")
+    assert loads(out)["document"] == signal_flow_definition()
+
+    for argv in (("show", "nothing"), ("show", "flow", "--version", "9")):
+        code, out, err = run(capsys, "definition", *argv)
+        assert (code, out) == (1, "") and err.startswith("weave: DEFINITION_NOT_FOUND: "), argv
+    path.write_text(json.dumps({**document, "input_schema": {"type": 5}}))
+    code, out, err = run(capsys, "definition", "publish", str(path))
+    assert (code, out) == (1, "") and err.splitlines()[1].startswith("  /input_schema: not a valid Draft 2020-12")
+    with pytest.raises(SystemExit) as usage:
+        main(["definition", "publish", str(tmp_path / "missing.json")])
+    assert usage.value.code == 2 and "cannot read" in capsys.readouterr().err

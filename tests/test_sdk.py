@@ -96,7 +96,9 @@ def test_publish_and_read_a_definition(sdk):
     published = sdk.publish_definition(document)
     assert (published.name, published.version, published.document) == ("flow", 1, None)
     assert published.created_at.tzinfo is not None and len(published.digest) == 64
-    assert sdk.publish_definition(document).version == 1  # identical: the same version (D1)
+    assert published.created
+    again = sdk.publish_definition(document)
+    assert (again.version, again.created) == (1, False)  # identical: the same version (D1)
     read = sdk.get_definition("flow", 1)
     assert (read.version, read.digest) == (1, published.digest)
     assert dumps(read.document) == json.dumps(document, separators=(",", ":"), ensure_ascii=False)
@@ -104,6 +106,17 @@ def test_publish_and_read_a_definition(sdk):
         sdk.get_definition("flow", 9)
     assert (refused.value.code, refused.value.status) == ("DEFINITION_NOT_FOUND", 404)
     assert isinstance(refused.value, NotFound)
+
+
+def test_D5_list_definitions_pages_through_the_newest_of_each_name(sdk):
+    for name, versions in (("c", 1), ("a", 2), ("b", 3)):
+        for timeout in range(1, versions + 1):
+            sdk.publish_definition({**signal_flow_definition(timeout), "name": name})
+    listed = list(sdk.list_definitions(page_size=2))  # two pages
+    assert [(d.name, d.version, d.document) for d in listed] == [("a", 2, None), ("b", 3, None), ("c", 1, None)]
+    assert listed[1].digest == sdk.get_definition("b", 3).digest
+    assert [d.version for d in sdk.list_definitions(name="b")] == [3]
+    assert list(sdk.list_definitions(name="z")) == []
 
 
 def test_start_read_and_replay_a_workflow(sdk, flow):

@@ -1,7 +1,8 @@
-"""The `weave` command: migrate, serve, scan, dev and admin (SPEC §12); `workflow` and `signal`
-talk to a running server through the SDK (`client`). One module per family: `args` (every
+"""The `weave` command: migrate, serve, scan, dev and admin (SPEC §12); `workflow`, `signal` and
+`definition` talk to a running server through the SDK. One module per family: `args` (every
 argument checked while the line is parsed), `serve` (serve, scan), `admin` (migrate, admin),
-`dev` (everything on one machine), `client` (workflow, signal over HTTP).
+`dev` (everything on one machine), `client` (workflow, signal over HTTP), `definitions`
+(definition over HTTP).
 
 The server-side commands take the database from WEAVE_DATABASE_URL or --database-url; `dev`
 starts a private server in ./.weave/ when neither is given.
@@ -14,6 +15,7 @@ import sys
 
 from weave import auth, logs, migrate
 from weave.cli import client as cli_client
+from weave.cli import definitions as cli_definitions
 from weave.cli.admin import (
     cmd_app_create,
     cmd_app_status,
@@ -214,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_credential_revoke)
 
     cli_client.add_commands(commands)
+    cli_definitions.add_commands(commands)
     return parser
 
 

@@ -65,7 +65,8 @@ class Definition:
     version: int | None = None
     digest: str | None = None
     created_at: datetime | None = field(default=None, metadata=TIME)
-    document: Any = None  # only when read (`get_definition`), not in the publish answer
+    document: Any = None  # only when read (`get_definition`), not in the publish answer or a list
+    created: bool = False  # publish only: a new version (201), not the identical latest one (200)
     raw: dict = _raw()
 
 
