@@ -1,7 +1,11 @@
 """D1-D4: publish, numbering, identical re-publish, validation, read."""
 
 import copy
+import json
+import re
+import shlex
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -346,3 +350,57 @@ def test_D5_the_list_needs_definitions_read_or_workflows_read_in_the_namespace(c
         assert (refused.status_code, refused.json["code"]) == (403, "FORBIDDEN")
     outsider = client.simulate_get(path, headers=other_tenant.headers("definitions:read", "workflows:read"))
     assert (outsider.status_code, outsider.json["code"]) == (404, "DEFINITION_NOT_FOUND")
+
+
+DEFINITIONS_MD = Path(__file__).resolve().parent.parent / "docs" / "definitions.md"
+
+
+def worked_example() -> tuple[dict, list[tuple[str, list[str]]]]:
+    """The definition of docs/definitions.md's worked example (its first json block), and each
+    command of its first sh block with the lines printed below it (its `# ` comments)."""
+    section = DEFINITIONS_MD.read_text().split("## A worked example", 1)[1]
+    document = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    commands: list[tuple[str, list[str]]] = []
+    for line in re.search(r"```sh\n(.*?)```", section, re.S).group(1).splitlines():
+        if line.startswith("# "):
+            commands[-1][1].append(line[2:])
+        elif line.strip():
+            commands.append((line, []))
+    return document, commands
+
+
+def test_D5_the_worked_example_of_docs_definitions_md_publishes_and_runs_as_written(
+    live_url, tenant, database, monkeypatch, capsys, tmp_path
+):
+    """Each command of the example prints what the page shows under it (`…` stands for the rest of
+    a line), and the refused start writes nothing."""
+    from helpers import OPERATOR_SCOPES
+
+    from weave.cli import main
+    from weave.sql import tenancy
+
+    tenancy.create_queue(database, "acme", "default", 4)  # as in `weave dev`
+    monkeypatch.setenv("WEAVE_URL", live_url)
+    monkeypatch.setenv("WEAVE_TOKEN", tenant.token(*OPERATOR_SCOPES, queues=("default",)))
+    monkeypatch.setenv("WEAVE_NAMESPACE", "acme")
+    document, commands = worked_example()
+    (tmp_path / "order-fulfilment.json").write_text(json.dumps(document, indent=2))
+    monkeypatch.chdir(tmp_path)
+    assert [c.split()[:3] for c, _ in commands] == [
+        ["weave", "definition", "publish"],
+        ["weave", "definition", "list"],
+        ["weave", "workflow", "start"],
+        ["weave", "workflow", "start"],
+    ]
+    for command, shown in commands:
+        main(shlex.split(command)[1:])
+        out, err = capsys.readouterr()
+        printed = (out + err).splitlines()
+        assert len(printed) == len(shown), (command, printed)
+        for line, expected in zip(printed, shown):
+            if expected.endswith("…"):
+                assert line.startswith(expected[:-1].rstrip()), (command, line, expected)
+            else:
+                assert line == expected, command
+    rows = database.run(lambda tx: tx.all("SELECT workflow_id FROM instances"))
+    assert [row["workflow_id"] for row in rows] == ["order-42"]
