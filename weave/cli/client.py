@@ -36,7 +36,7 @@ from weave import sdk
 DEFAULT_URL = "http://127.0.0.1:8080"
 JSON_CELL_MAX_CHARS = 60  # results, inputs, a value of event data: the first characters say enough
 # `workflow events` shows every member of an event's data, wrapped at this width: these first, as
-# they say what was decided and why (a POLL decision, a rule of SPEC §7, a task's outcome).
+# they say what was decided and why (a POLL decision and its rule, a task's outcome).
 EVENT_DATA_WIDTH = 72
 EVENT_FIELDS_FIRST = (
     "decision",
