@@ -128,7 +128,7 @@ class Resource:
 
 
 class RequestId:
-    """Falcon middleware: every response carries `X-Request-Id` (SPEC §12), the client's when it
+    """Falcon middleware: every response carries `X-Request-Id` (docs/rules.md#operating), the client's when it
     sent a usable one (so a caller can follow its own id through logs), else a new random one.
     First in the stack, so that errors raised by the other middleware carry it too."""
 
