@@ -10,7 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from test_schemas_linear import quickly
+from helpers import quickly
 
 from weave import jsontext, schemas
 from weave.errors import WeaveError
