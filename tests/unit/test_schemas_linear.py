@@ -24,7 +24,7 @@ def errors(schema, value) -> list[dict]:
 
 
 def unbudgeted_errors(schema, value) -> list[dict]:
-    """The check without its work budget (tests/test_schemas_budget.py): how the keywords scale."""
+    """The check without its work budget (tests/integration/test_schemas_budget.py): how the keywords scale."""
     with linear.remembered_identities():
         return errors_of(PayloadValidator(schema), value)
 
