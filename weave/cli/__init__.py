@@ -1,8 +1,8 @@
-"""The `weave` command: migrate, serve, scan, dev and admin (SPEC §12); `workflow`, `signal` and
-`definition` talk to a running server through the SDK. One module per family: `args` (every
-argument checked while the line is parsed), `serve` (serve, scan), `admin` (migrate, admin),
-`dev` (everything on one machine), `client` (workflow, signal over HTTP), `definitions`
-(definition over HTTP).
+"""The `weave` command: migrate, serve, scan, dev and admin (docs/rules.md#operating); `workflow`,
+`signal` and `definition` talk to a running server through the SDK. One module per family:
+`args` (every argument checked while the line is parsed), `serve` (serve, scan), `admin`
+(migrate, admin), `dev` (everything on one machine), `client` (workflow, signal over HTTP),
+`definitions` (definition over HTTP).
 
 The server-side commands take the database from WEAVE_DATABASE_URL or --database-url; `dev`
 starts a private server in ./.weave/ when neither is given.

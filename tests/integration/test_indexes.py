@@ -397,6 +397,15 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
             ("k1", ids["namespace"], ids["workflow"]),
         ),
         "definitions.SELECT_DOCUMENT": (definitions.SELECT_DOCUMENT, (1,)),
+        # the definitions list (D5; its reads: test_D5_the_definitions_list_reads_the_index_of_the_pages_names_only)
+        "definitions.SELECT_NEWEST_VERSIONS": (
+            definitions.SELECT_NEWEST_VERSIONS,
+            (ids["namespace"], "", 101, ids["namespace"]),
+        ),
+        "definitions.SELECT_NEWEST_VERSION_OF_NAME": (
+            definitions.SELECT_NEWEST_VERSION_OF_NAME,
+            (ids["namespace"], "flow", ""),
+        ),
         "signals.SELECT_BY_IDEMPOTENCY_KEY": (signals.SELECT_BY_IDEMPOTENCY_KEY, (instance, "k1")),
         "signals.LOCK_QUEUES_SHARED": (signals.LOCK_QUEUES_SHARED, (ids["namespace"], ("inventory",))),
         "instances.MARK_DECIDING": (instances.MARK_DECIDING, (instance,)),

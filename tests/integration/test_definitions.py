@@ -352,7 +352,7 @@ def test_D5_the_list_needs_definitions_read_or_workflows_read_in_the_namespace(c
     assert (outsider.status_code, outsider.json["code"]) == (404, "DEFINITION_NOT_FOUND")
 
 
-DEFINITIONS_MD = Path(__file__).resolve().parent.parent / "docs" / "definitions.md"
+DEFINITIONS_MD = Path(__file__).resolve().parents[2] / "docs" / "definitions.md"
 
 
 def worked_example() -> tuple[dict, list[tuple[str, list[str]]]]:
