@@ -440,3 +440,26 @@ def test_log_format_defaults_json_for_the_services_and_text_for_dev():
     assert parser.parse_args(["serve", "--log-format", "text"]).log_format == "text"
     with pytest.raises(SystemExit):
         parser.parse_args(["scan", "--log-format", "xml"])
+
+
+def test_issue_28_14_version_prints_the_package_version_and_exits_0():
+    # The installed `weave` command, as a user runs it: the version is the import package's own
+    # (weave.__version__, which setup.cfg reads too), whatever the distribution is called.
+    import weave
+
+    done = subprocess.run([sys.executable, "-m", "weave.cli", "--version"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"weave {weave.__version__}\n", "")
+    assert weave.__version__.count(".") == 2 and all(part.isdigit() for part in weave.__version__.split("."))
+
+
+def test_issue_28_14_a_bare_weave_prints_the_help_on_stdout_and_exits_0(capsys):
+    assert main([]) == 0
+    printed = capsys.readouterr()
+    assert printed.err == ""
+    assert printed.out.startswith("usage: weave ")
+    for command in ("migrate", "serve", "scan", "dev", "admin", "workflow", "signal"):
+        assert f"\n    {command} " in printed.out, command
+    # An unknown command is still argparse's usage error.
+    with pytest.raises(SystemExit) as exited:
+        main(["frobnicate"])
+    assert exited.value.code == 2 and "invalid choice: 'frobnicate'" in capsys.readouterr().err
