@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from weave import auth, migrate, schemas
-from weave.cli import DEV_DEFINITION, DEV_POLL_DEFINITION, main
+from weave.cli import DEV_DEFINITION, DEV_POLL_DEFINITION, DEV_REVIEW_DEFINITION, main
 from weave.rules import definitions as definition_rules
 from weave.sql import tenancy
 
@@ -407,7 +407,9 @@ def test_issue_26_5_the_body_buffer_follows_the_body_cap_and_holds_one_body_at_l
     )
 
 
-@pytest.mark.parametrize("document", [DEV_DEFINITION, DEV_POLL_DEFINITION], ids=["order", "shipment"])
+@pytest.mark.parametrize(
+    "document", [DEV_DEFINITION, DEV_POLL_DEFINITION, DEV_REVIEW_DEFINITION], ids=["order", "shipment", "refund"]
+)
 def test_weave_dev_definitions_pass_the_checks_of_the_publish_api(document):
     # `weave dev` publishes them without going through the API, so check here what the API checks (D1).
     schemas.validate("definition", document)
