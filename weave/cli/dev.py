@@ -112,7 +112,8 @@ def cmd_dev(args) -> int:
         (listener,) = server.listen(args.host, args.port)
         base = f"http://{args.host}:{listener.getsockname()[1]}"
         _write_holder(lock, base)
-        return _run(args, listener, base)
+        with listener:
+            return _run(args, listener, base)
     finally:
         os.close(lock)  # after the database has stopped: the next `weave dev` here may start it
 
@@ -193,7 +194,7 @@ def _run(args, listener, base: str) -> int:
             "in another terminal (`weave workflow ...`, `weave signal ...`, scripts/example_worker.py; see the README), "
             f"paste this line, or `. {env_file}`, which also sets WEAVE_DATABASE_URL for `weave admin ...`:"
         )
-        print("  export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in exports.items()))
+        print("  " + _export_line(exports))
         print(
             f"  weave workflow start order --version 1 --id order-1 --input {shlex.quote(start)} --deadline-seconds 3600"
         )
@@ -212,13 +213,17 @@ def _run(args, listener, base: str) -> int:
     return 0
 
 
+def _export_line(values: dict[str, str]) -> str:
+    return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in values.items())
+
+
 def _write_env(url: DatabaseUrl, exports: dict[str, str]) -> Path:
     """./.weave/env: the database's URL and this run's exports, for a shell (`. .weave/env`). Only
     its owner may read it: it holds tokens (and the database's password, if the URL has one)."""
     lines = [
         f"# Written by `weave dev` (pid {os.getpid()}) for this folder; each start writes it again.",
-        f"export WEAVE_DATABASE_URL={shlex.quote(url.url())}",
-        "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in exports.items()),
+        _export_line({"WEAVE_DATABASE_URL": url.url()}),
+        _export_line(exports),
     ]
     descriptor = os.open(DEV_ENV, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as env:
