@@ -93,7 +93,7 @@ def read_workflow(tx: Tx, principal: Principal, workflow_id: str) -> WorkflowFac
     return facts
 
 
-# ---- an instance addressed by a credential (S1.1, §11) ---------------------------------------------
+# ---- an instance addressed by a credential (S1.1, docs/rules.md#api) -------------------------------
 
 SELECT_ADDRESSED_INSTANCE = """
 SELECT id, definition_id, (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest
@@ -127,7 +127,7 @@ def list_events(tx: Tx, principal: Principal, workflow_id: str, after: int, limi
     return events.page(tx, addressed(tx, principal, workflow_id)["id"], after, limit)
 
 
-# ---- the workflow list (§11): newest first, only what the credential may read ------------------------
+# ---- the workflow list (docs/rules.md#api): newest first, only what the credential may read ----------
 
 LISTED_COLUMNS = """i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version,
        d.queues AS definition_queues, i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at"""
@@ -177,8 +177,8 @@ def newest_of_versions(versions: list[int], status: str | None, before: int, cou
 
 
 def _may_read(principal: Principal, stored_queues: str) -> bool:
-    """Whether `principal` holds a grant for every queue of a definition (S1.1, §11), from the
-    definition's `queues` column: no document is read or parsed."""
+    """Whether `principal` holds a grant for every queue of a definition (S1.1, docs/rules.md#api),
+    from the definition's `queues` column: no document is read or parsed."""
     return principal.holds_queues(definitions.queues(stored_queues))
 
 
@@ -227,7 +227,7 @@ def start_workflow(tx: Tx, principal: Principal, request: StartRequest) -> tuple
     The same workflow_id with the same request digest answers the existing instance; with another
     digest it is `WORKFLOW_EXISTS`. Two concurrent starts of one id meet at `uq_instances_workflow`:
     the loser's unit is re-run and takes the first branch. Either way the credential needs a grant
-    for every queue of the definition (S1.1, §11).
+    for every queue of the definition (S1.1, docs/rules.md#api).
     """
     namespace_id, actor = principal.namespace_id, principal.actor
     existing = read_facts(tx, namespace_id, request.workflow_id)

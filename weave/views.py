@@ -1,4 +1,4 @@
-"""Representations: plain facts read by `sql/` shaped into the pinned JSON of SPEC §11."""
+"""Representations: plain facts read by `sql/` shaped into the pinned JSON of docs/rules.md#api."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The `weave` command: migrate, serve, scan, dev and admin (SPEC §12); `workflow` and `signal`
+"""The `weave` command: migrate, serve, scan, dev and admin (docs/rules.md#operating); `workflow` and `signal`
 talk to a running server through the SDK (`client`). One module per family: `args` (every
 argument checked while the line is parsed), `serve` (serve, scan), `admin` (migrate, admin),
 `dev` (everything on one machine), `client` (workflow, signal over HTTP).

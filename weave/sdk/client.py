@@ -1,4 +1,4 @@
-"""`Client`: one method per endpoint of the Weave HTTP API v1 (SPEC §11), standard library only.
+"""`Client`: one method per endpoint of the Weave HTTP API v1 (docs/rules.md#api), standard library only.
 
 Every call has a timeout (`timeout` seconds per socket operation; a claim adds its long-poll
 `wait_seconds`). Answers are read as exact JSON and returned as the dataclasses of

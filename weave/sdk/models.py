@@ -1,4 +1,4 @@
-"""What the client returns: plain dataclasses whose attributes are the field names of SPEC §11.
+"""What the client returns: plain dataclasses whose attributes are the field names of the API (docs/rules.md#api).
 
 Times are timezone-aware `datetime`s (UTC), identifiers strings, JSON values (inputs, results,
 payloads, event data) exact as `weave.sdk.jsonio.loads` reads them. Every object also keeps the

@@ -17,7 +17,7 @@ from weave.scanner import Scanner
 from weave.sdk import Client
 
 pytestmark = pytest.mark.slow
-DOC = Path(__file__).resolve().parent.parent / "docs" / "sdk.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "sdk.md"
 
 
 def example() -> str:

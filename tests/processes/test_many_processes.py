@@ -22,7 +22,7 @@ the first receipt's bytes, and exactly one of its answers was not a replay. No a
 other than a 503 (which the senders retry with the same key, as clients do).
 
 CI runs the full size, 1,000 workflows and 10,000 signal requests (about 40 s here);
-`WEAVE_SOAK=N scripts/test tests/test_many_processes.py -s` runs 5·N times as many. `-s` prints
+`WEAVE_SOAK=N scripts/test tests/processes/test_many_processes.py -s` runs 5·N times as many. `-s` prints
 the rate and the dispositions reached.
 """
 

@@ -2,7 +2,7 @@
 
 A private MariaDB/MySQL server of this test's own (killing the session's would break the other
 tests) serves a real `weave serve` and two `weave scan` processes while the workload of
-`tests/load.py` runs: starts, signals with replays, claims and completions. The server is
+`tests/support/load.py` runs: starts, signals with replays, claims and completions. The server is
 SIGKILLed KILLS times and started again on the same data folder and port each time. While it is
 down, the API answers 503 with Retry-After, quickly. Afterwards, without restarting any Weave
 process: everything drains, every acknowledged write is there (a signal's replay answers the same

@@ -23,7 +23,7 @@ from weave.db import connect
 from weave.dburl import DatabaseUrl
 from weave.devdb import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # What a build must not see: local state, and earlier builds (setuptools reuses build/ and keeps
 # files there that the source no longer has).
 NOT_SOURCE = shutil.ignore_patterns(

@@ -3,12 +3,12 @@ cannot run are refused at publish with their pointer."""
 
 from __future__ import annotations
 
-import time
 from decimal import Decimal
 
 import jsonschema._keywords
 import jsonschema._utils
 import pytest
+from helpers import quickly
 
 from weave.rules import definitions as definition_rules
 from weave.schemas import errors_of, linear
@@ -24,18 +24,9 @@ def errors(schema, value) -> list[dict]:
 
 
 def unbudgeted_errors(schema, value) -> list[dict]:
-    """The check without its work budget (tests/test_schemas_budget.py): how the keywords scale."""
+    """The check without its work budget (tests/integration/test_schemas_budget.py): how the keywords scale."""
     with linear.remembered_identities():
         return errors_of(PayloadValidator(schema), value)
-
-
-def quickly(fn, limit: float = 5.0):
-    """A bound loose enough for a loaded CI machine, yet far below what backtracking or pairwise
-    comparison costs here (minutes). How fast it really is: scripts/bench --only validation."""
-    started = time.perf_counter()
-    result = fn()
-    assert time.perf_counter() - started < limit
-    return result
 
 
 def test_jsonschema_runs_its_regular_expressions_on_re2():

@@ -10,11 +10,10 @@ from fractions import Fraction
 
 import pytest
 import re2
-from helpers import payment, signal_flow_definition
+from helpers import payment, quickly, signal_flow_definition
 from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
-from test_schemas_linear import quickly
 
 from weave.rules import signals as signal_rules
 from weave.schemas import budget, errors_of, linear

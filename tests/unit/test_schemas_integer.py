@@ -10,7 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from test_schemas_linear import quickly
+from helpers import quickly
 
 from weave import jsontext, schemas
 from weave.errors import WeaveError
@@ -68,7 +68,7 @@ def test_integer_keywords_agree_with_the_type():
 
 def test_a_schema_that_names_its_draft_and_refers_back_to_itself_keeps_integers_by_value():
     """Below `"$ref": "#"` into a root naming Draft 2020-12, jsonschema went on with its stock class
-    (tests/test_schemas_budget.py): Weave's class, and so its integers, must stay."""
+    (tests/integration/test_schemas_budget.py): Weave's class, and so its integers, must stay."""
     recursive = {"$schema": DRAFT_2020_12, "properties": {"n": {"type": "integer"}, "child": {"$ref": "#"}}}
     assert payload_errors(recursive, {"child": {"child": {"n": Decimal("1.0")}}}) == []
     assert [e["pointer"] for e in payload_errors(recursive, {"child": {"n": Decimal("1.5")}})] == ["/child/n"]

@@ -15,7 +15,7 @@ import pytest
 from weave.devdb import ServerNotFound, find_server_binary
 
 pytestmark = pytest.mark.slow
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def _load_bench():

@@ -18,7 +18,7 @@ from weave.app import create_app
 from weave.sql import instances
 
 # What an id of each field that cannot exist is answered; a namespace or queue gets the
-# operation's own code (tests/test_authorization.py lists it per operation).
+# operation's own code (tests/integration/test_authorization.py lists it per operation).
 FIELD_NOT_FOUND = {
     "workflow_id": "WORKFLOW_NOT_FOUND",
     "signal_id": "SIGNAL_NOT_FOUND",

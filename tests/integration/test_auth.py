@@ -1,4 +1,4 @@
-"""Bearer tokens, scopes, namespaces: 401 / 403 / 404, by example; tests/test_security_matrix.py
+"""Bearer tokens, scopes, namespaces: 401 / 403 / 404, by example; tests/integration/test_security_matrix.py
 checks each on every operation."""
 
 import hashlib

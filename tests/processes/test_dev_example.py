@@ -27,7 +27,7 @@ from weave.devdb import free_port
 from weave.sdk import Client, Workflow, dumps, loads
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def http(method, url, token=None, body=None, headers=None):

@@ -104,7 +104,7 @@ def test_p7_task_finished_before_the_step_deadline_counts_even_when_consumed_lat
 def test_p7_an_outcome_reported_after_the_step_deadline_is_late_whichever_unit_looks_first(
     flow, clock, database, outcome, first
 ):
-    """Found by tests/test_signal_model.py: a failure reported after the deadline went to review as
+    """Found by tests/integration/test_signal_model.py: a failure reported after the deadline went to review as
     TASK_FAILED when its inbox event was consumed before the deadline's checkpoint, and as
     STEP_DEADLINE_EXCEEDED the other way round. The deadline passed first: it is the reason."""
     flow.publish(task_steps("reserve", timeout=30))

@@ -264,7 +264,7 @@ def node_counts(node) -> dict:
 
 def test_two_api_processes_and_three_scanners_on_three_nodes_keep_every_invariant(cluster, tmp_path):
     """Requests land on either API process (node0 and node1 first), duplicate sends and replays
-    included; a scanner runs on each node. Afterwards every invariant of tests/load.py holds."""
+    included; a scanner runs on each node. Afterwards every invariant of tests/support/load.py holds."""
     url = fresh_database(cluster, WORKLOAD_DATABASE)
     database = Database(url.on_host(2))
     tokens = load.prepare(database)

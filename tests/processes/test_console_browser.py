@@ -6,7 +6,7 @@ API and the page, watched, shows the workflow succeeded.
 
 Needs Debian's `chromium` and `chromium-driver` (scripts/bootstrap installs them). The page's
 screenshot is written to $WEAVE_CONSOLE_SCREENSHOT when set; docs/console.png is made that way:
-`WEAVE_CONSOLE_SCREENSHOT=docs/console.png scripts/test tests/test_console_browser.py`.
+`WEAVE_CONSOLE_SCREENSHOT=docs/console.png scripts/test tests/processes/test_console_browser.py`.
 """
 
 from __future__ import annotations

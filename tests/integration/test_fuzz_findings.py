@@ -1,5 +1,5 @@
-"""Defects that the schema fuzzer (tests/test_schema_fuzz.py) and the documented-answers check
-(tests/test_openapi.py) found, each reproduced here without them."""
+"""Defects that the schema fuzzer (tests/integration/test_schema_fuzz.py) and the documented-answers check
+(tests/integration/test_openapi.py) found, each reproduced here without them."""
 
 import pytest
 

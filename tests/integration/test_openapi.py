@@ -1,6 +1,6 @@
 """/v1/openapi.json is built from the served routes and the validating schemas, and it is true:
 every answer of a real flow through every operation is documented for its operation and matches
-the documented schema (tests/test_schema_fuzz.py does the same for generated requests)."""
+the documented schema (tests/integration/test_schema_fuzz.py does the same for generated requests)."""
 
 import re
 

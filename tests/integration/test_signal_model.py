@@ -26,7 +26,7 @@ disposition, every wait at most one winner (read from the rows), and both sides 
 Lease expiry is left to Pulse's own tests: the clock never passes a lease the worker holds.
 
 CI runs EXAMPLES examples of at most STEPS steps (about half a minute). The longer run is
-`WEAVE_SOAK=1 scripts/test tests/test_signal_model.py -s` (50 times as many examples; WEAVE_SOAK=N:
+`WEAVE_SOAK=1 scripts/test tests/integration/test_signal_model.py -s` (50 times as many examples; WEAVE_SOAK=N:
 N times that); `-s` prints what the examples reached.
 """
 

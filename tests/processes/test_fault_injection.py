@@ -2,7 +2,7 @@
 docs/reliability.md).
 
 A real `weave serve` and two `weave scan` processes reach the test database only through the
-fault proxy (tests/faultproxy.py), while the workload of tests/load.py runs: starts, signals with
+fault proxy (tests/support/faultproxy.py), while the workload of tests/support/load.py runs: starts, signals with
 replays, claims, completions and the scanners' work. For as long as instances are being started
 and signalled, CUT_RATE of the messages the processes send cut their connection (the message
 lost, torn, or run with its answer lost: a COMMIT among them is the ambiguous commit), DELAY_RATE

@@ -2,7 +2,7 @@
 and other operators' calls interleave with their retries (issue 25, "done when"): every decision a
 caller was told about is stored exactly once, and none it was refused is stored at all.
 
-Each call goes through the fault proxy (tests/faultproxy.py), armed at random for that call: the
+Each call goes through the fault proxy (tests/support/faultproxy.py), armed at random for that call: the
 server kills the session just before COMMIT (rolled back, the client cannot tell), the COMMIT's
 answer is cut after the server ran it (committed, the client cannot tell), or nothing. Between a
 call's attempts (`weave.db` sleeps before it re-runs a unit) another unit runs on the plain

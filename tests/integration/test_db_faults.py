@@ -1,4 +1,4 @@
-"""Faults between Weave and its database, one at a time, through the fault proxy (tests/faultproxy.py):
+"""Faults between Weave and its database, one at a time, through the fault proxy (tests/support/faultproxy.py):
 a stalled database, a pool of connections that all died, and a COMMIT whose acknowledgement is
 lost (docs/decisions.md, "Transactions"). The mixed workload under random faults is in
 test_fault_injection.py; a killed database server in test_database_crash.py.
@@ -131,7 +131,7 @@ def test_a_backoff_whose_commit_answer_is_lost_while_another_scanner_counts_its_
 ):
     """Between the lost COMMIT and the re-run, a second scanner that failed on the same row counts
     its failure: two failures, two counts (the re-run used to count its own again: three; found by
-    tests/test_fault_injection.py)."""
+    tests/processes/test_fault_injection.py)."""
     flow.publish(task_steps("work"))
     flow.start("wf-0")
     (checkpoint,) = flow.rows("SELECT id FROM checkpoints")
@@ -154,7 +154,7 @@ def test_a_backoff_cut_before_its_commit_while_another_scanner_counts_its_own_is
     """The server kills the backoff's session before COMMIT (rolled back, the answer lost) and a
     second scanner counts its own failure on the row before the re-run: two failures, two counts.
     The re-run tells the other's count from its own by the `available_at` it wrote (it counted
-    nothing, taking the other's for its own: found by tests/test_fault_injection.py)."""
+    nothing, taking the other's for its own: found by tests/processes/test_fault_injection.py)."""
     flow.publish(task_steps("work"))
     flow.start("wf-0")
     (checkpoint,) = flow.rows("SELECT id FROM checkpoints")

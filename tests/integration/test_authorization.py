@@ -1,8 +1,8 @@
 """Authorization happens in one place, the `Authenticate` middleware, from each responder's `@operation`.
 
-tests/test_auth.py proves tokens, scopes and tenancy on examples; this file proves that the
+tests/integration/test_auth.py proves tokens, scopes and tenancy on examples; this file proves that the
 middleware leaves no responder out and that every operation's declaration is the one SPEC §11 asks
-for; tests/test_security_matrix.py proves each declaration on real objects (scopes, tokens, a
+for; tests/integration/test_security_matrix.py proves each declaration on real objects (scopes, tokens, a
 disabled application, other namespaces' ids).
 """
 

@@ -1,5 +1,5 @@
 """The review console without a browser (issue 16): sessions, CSRF, headers, escaping,
-authorization as the API's, the list, and the actions' answers. tests/test_console_browser.py
+authorization as the API's, the list, and the actions' answers. tests/processes/test_console_browser.py
 drives the same pages in Chromium."""
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ logged (the token, its secret part, its SHA-256 as stored: hex, bytes repr, base
 appear. `test_no_log_line_of_a_real_server_holds_a_token` does the same over real HTTP, with the
 malformed requests waitress refuses before the application runs.
 
-tests/test_authorization.py keeps the hand table that proves each declaration right (scopes,
-not-found code); tests/test_path_ids.py proves ids that break their character rules; this module
+tests/integration/test_authorization.py keeps the hand table that proves each declaration right (scopes,
+not-found code); tests/integration/test_path_ids.py proves ids that break their character rules; this module
 proves the declarations hold on real objects. docs/reliability.md gives the figures.
 """
 
@@ -64,7 +64,7 @@ SENT: collections.Counter = collections.Counter()  # requests sent, by dimension
 def served_operations() -> dict[tuple[str, str], Operation]:
     """(method, URI template) -> its `@operation`, for every responder of every mounted route of the
     API. The console's pages sign in with a cookie, not a token, and answer in HTML: the same checks
-    on them (another namespace, scopes, revocation, CSRF) are in tests/test_console.py."""
+    on them (another namespace, scopes, revocation, CSRF) are in tests/integration/test_console.py."""
     return {
         (name.removeprefix("on_").upper(), path): responder.operation
         for path, resource in mounted(create_app(CONFIG))
@@ -604,7 +604,7 @@ def test_a_credential_that_just_worked_is_401_from_the_very_next_request_once_re
         credential = tenancy.authenticate(database, auth.token_hash(token))
         tenancy.revoke_credential(database, "acme", credential.credential_id)
     else:
-        clock.advance(3600)  # the very microsecond of expiry (tests/test_auth.py proves the one before)
+        clock.advance(3600)  # the very microsecond of expiry (tests/integration/test_auth.py proves the one before)
     before = snapshot(database, weave_tables)
     refused = send(world, op, call, bearer(token), "revoked/expired")
     assert (refused.status_code, refused.json["code"]) == (401, "UNAUTHENTICATED")

@@ -533,3 +533,12 @@ def run_units_until_idle(database: Database, rounds: int = 50) -> None:
         if not expired and not due:
             return
     raise AssertionError("the scanner's units kept finding work")
+
+
+def quickly(fn, limit: float = 5.0):
+    """A bound loose enough for a loaded CI machine, yet far below what backtracking or pairwise
+    comparison costs here (minutes). How fast it really is: scripts/bench --only validation."""
+    started = time.perf_counter()
+    result = fn()
+    assert time.perf_counter() - started < limit
+    return result

@@ -21,7 +21,7 @@ from weave.statuses import (
     WaitStatus,
 )
 
-SPEC = Path(__file__).resolve().parents[2] / "shared" / "SPEC.md"
+SPEC = Path(__file__).resolve().parents[3] / "shared" / "SPEC.md"
 
 
 WORDS = re.compile(r"`([A-Z_]+)`")
