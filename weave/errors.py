@@ -127,7 +127,7 @@ def install(app: falcon.App) -> None:
 
     def unavailable(req, resp, ex: db.Unavailable, params):
         log.warning("503 for %s %s: %s", req.method, req.path, ex)
-        _respond(resp, Code.UNAVAILABLE, "the database is busy; retry shortly", headers={"Retry-After": "1"})
+        _respond(resp, Code.UNAVAILABLE, f"{ex.what}; retry shortly", headers={"Retry-After": "1"})
 
     def invalid_value(req, resp, ex: db.InvalidValue, params):
         # Input that got past the API's own checks: the client's error, but ours to tighten.

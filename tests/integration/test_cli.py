@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from weave import auth, migrate, schemas
-from weave.cli import DEV_DEFINITION, DEV_POLL_DEFINITION, main
+from weave.cli import DEV_DEFINITION, DEV_POLL_DEFINITION, DEV_REVIEW_DEFINITION, main
 from weave.rules import definitions as definition_rules
 from weave.sql import tenancy
 
@@ -407,7 +407,9 @@ def test_issue_26_5_the_body_buffer_follows_the_body_cap_and_holds_one_body_at_l
     )
 
 
-@pytest.mark.parametrize("document", [DEV_DEFINITION, DEV_POLL_DEFINITION], ids=["order", "shipment"])
+@pytest.mark.parametrize(
+    "document", [DEV_DEFINITION, DEV_POLL_DEFINITION, DEV_REVIEW_DEFINITION], ids=["order", "shipment", "refund"]
+)
 def test_weave_dev_definitions_pass_the_checks_of_the_publish_api(document):
     # `weave dev` publishes them without going through the API, so check here what the API checks (D1).
     schemas.validate("definition", document)
@@ -440,3 +442,26 @@ def test_log_format_defaults_json_for_the_services_and_text_for_dev():
     assert parser.parse_args(["serve", "--log-format", "text"]).log_format == "text"
     with pytest.raises(SystemExit):
         parser.parse_args(["scan", "--log-format", "xml"])
+
+
+def test_issue_28_14_version_prints_the_package_version_and_exits_0():
+    # The installed `weave` command, as a user runs it: the version is the import package's own
+    # (weave.__version__, which setup.cfg reads too), whatever the distribution is called.
+    import weave
+
+    done = subprocess.run([sys.executable, "-m", "weave.cli", "--version"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"weave {weave.__version__}\n", "")
+    assert weave.__version__.count(".") == 2 and all(part.isdigit() for part in weave.__version__.split("."))
+
+
+def test_issue_28_14_a_bare_weave_prints_the_help_on_stdout_and_exits_0(capsys):
+    assert main([]) == 0
+    printed = capsys.readouterr()
+    assert printed.err == ""
+    assert printed.out.startswith("usage: weave ")
+    for command in ("migrate", "serve", "scan", "dev", "admin", "workflow", "signal"):
+        assert f"\n    {command} " in printed.out, command
+    # An unknown command is still argparse's usage error.
+    with pytest.raises(SystemExit) as exited:
+        main(["frobnicate"])
+    assert exited.value.code == 2 and "invalid choice: 'frobnicate'" in capsys.readouterr().err

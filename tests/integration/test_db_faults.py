@@ -9,10 +9,17 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+import falcon
+import falcon.testing
+import pymysql
 import pytest
 from helpers import payment, signal_flow_definition, task_steps
 
-from weave import db
+from weave import db, errors
+from weave.app import create_app
+from weave.config import Config
+from weave.db import Database
+from weave.devdb import free_port
 from weave.resources.signals import signal_request
 from weave.rules import signals as signal_rules
 from weave.sql import backoff, checkpoints, engine, signals, tasks
@@ -246,3 +253,58 @@ def test_a_control_rerun_after_others_decided_recognises_its_own_commit(
         "SELECT action FROM audit_records WHERE action IN ('workflow.pause', 'workflow.resume') ORDER BY id"
     )
     assert [row["action"] for row in actions] == ["workflow.pause", "workflow.resume"]
+
+
+# ---- what a 503 says (issue 28, item 3) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "unreachable"),
+    [
+        ((1205, "Lock wait timeout exceeded; try restarting transaction"), False),
+        ((1213, "Deadlock found when trying to get lock"), False),
+        ((2013, "Lost connection to MySQL server during query"), True),
+        ((1047, "WSREP has not yet prepared node for application use"), True),
+    ],
+    ids=["lock-wait-timeout", "deadlock", "connection-lost", "galera-node-not-ready"],
+)
+def test_issue_28_3_a_unit_out_of_retries_says_whether_the_database_was_busy_or_unreachable(
+    database, error, unreachable
+):
+    def always_fails(tx):
+        tx.one("SELECT 1 AS one")
+        raise pymysql.err.OperationalError(*error)
+
+    with pytest.raises(db.Unavailable) as failed:
+        Database(database.url, max_attempts=2).run(always_fails)
+    assert failed.value.unreachable is unreachable
+    assert failed.value.what == ("the database is unreachable" if unreachable else "the database is busy")
+
+
+def test_issue_28_3_with_the_database_down_the_api_and_readyz_both_say_unreachable():
+    # Before: the API answered "the database is busy; retry shortly" while /readyz said
+    # "database unreachable". Nothing listens on this port: both must say what is true.
+    url = f"mysql://root@127.0.0.1:{free_port()}/nowhere"
+    client = falcon.testing.TestClient(create_app(Config(url), Database(url, max_attempts=2)))
+    api = client.simulate_get("/v1/namespaces/shop/workflows", headers={"Authorization": "Bearer wv_x"})
+    ready = client.simulate_get("/readyz")
+    for answer in (api, ready):
+        assert (answer.status_code, answer.json["code"]) == (503, "UNAVAILABLE")
+        assert answer.headers["Retry-After"]
+    assert api.json["detail"] == "the database is unreachable; retry shortly"
+    assert ready.json["detail"].startswith("the database is unreachable: ")
+    assert "busy" not in ready.json["detail"]
+
+
+def test_issue_28_3_a_busy_database_is_called_busy_by_the_api():
+    app = falcon.App()
+    errors.install(app)
+
+    class Busy:
+        def on_get(self, req, resp):
+            raise db.Unavailable("a unit failed 5 times; last error: 1205", unreachable=False)
+
+    app.add_route("/busy", Busy())
+    answer = falcon.testing.TestClient(app).simulate_get("/busy")
+    assert (answer.status_code, answer.headers["Retry-After"]) == (503, "1")
+    assert answer.json["detail"] == "the database is busy; retry shortly"

@@ -13,13 +13,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Callable
 
 import pytest
+from helpers import weave_dev
 
 from weave import migrate
 from weave.devdb import free_port
@@ -113,20 +114,8 @@ class Dev:
 def dev(dev_database, tmp_path):
     port = free_port()
     env = {**os.environ, "WEAVE_DATABASE_URL": dev_database.yoyo_url()}
-    process = subprocess.Popen(
-        [*WEAVE, "dev", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    process, printed = weave_dev(tmp_path, port, env)
     try:
-        printed = []
-        while not any(line.startswith("  weave workflow start ") for line in printed):
-            line = process.stdout.readline()
-            assert line, "weave dev exited early"
-            printed.append(line)
         base = f"http://127.0.0.1:{port}"
         eventually(lambda: http("GET", f"{base}/readyz")[0] == 200)
         assert migrate.pending(dev_database) == []
@@ -138,7 +127,9 @@ def dev(dev_database, tmp_path):
             "WEAVE_NAMESPACE": "demo",
             "WEAVE_TOKEN": re.search(r"client token .*?(wv_\S+)", text).group(1),
             "WEAVE_WORKER_TOKEN": re.search(r"worker token .*?(wv_\S+)", text).group(1),
+            "WEAVE_OPS_TOKEN": re.search(r"operator token .*?(wv_\S+)", text).group(1),
         }
+        assert f"review console: {base}/console/" in text
         client = Client(base, exports["WEAVE_TOKEN"], exports["WEAVE_NAMESPACE"], timeout=10)
         yield Dev(base=base, exports=exports, start=shlex.split(printed[-1])[1:], client=client)
     finally:
@@ -147,11 +138,15 @@ def dev(dev_database, tmp_path):
     assert process.returncode is not None
 
 
-def readme_commands() -> list[list[str]]:
-    """The command lines of the README's `sh` blocks, split as a shell splits them (continued lines
-    joined, comments and a trailing `&` dropped; a line whose quote closes on a later line is skipped)."""
+def readme_commands(section: str | None = None) -> list[list[str]]:
+    """The command lines of the README's `sh` blocks (of one section: its heading), split as a shell
+    splits them (continued lines joined, comments and a trailing `&` dropped; a line whose quote
+    closes on a later line is skipped)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    if section is not None:
+        text = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
     commands = []
-    for block in re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S):
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
         for line in block.replace("\\\n", " ").splitlines():
             try:
                 words = shlex.split(line, comments=True)
@@ -357,3 +352,67 @@ def test_poll_example_pending_twice_then_final_and_a_run_where_the_carriers_webh
     events = dev.events("shipment-3")
     assert decided(events) == [("SIGNAL_WINS", "C2.3")]
     assert [r["round"] for r in of_type(events, "QUERY_ROUND_STARTED")] == [1, 2]
+
+
+# ---- repairing a workflow (README "Repairing a workflow", issue 28 item 5) ----------------------------
+
+
+def test_R2_the_repair_walk_through_runs_as_written_and_reaches_review_by_itself(dev):
+    """Every command of the README's repair block, in its order, in one shell: `export` changes the
+    shell's environment (with `$NAME` expanded), `sleep N` waits as long as the workflow needs to
+    reach review (at most N seconds and a margin; N must outlast refund's wait), and each `weave …`
+    must succeed. What they print is checked against the workflow's state."""
+    from weave.cli import DEV_REVIEW_WAIT
+
+    shell = dict(dev.exports)
+    printed = []
+    for words in readme_commands("Repairing a workflow"):
+        here = replace(dev, exports=shell)
+        if words[0] == "sleep":
+            seconds = float(words[1])
+            assert seconds > DEV_REVIEW_WAIT, words  # the README's wait outlasts the definition's
+            in_review = lambda: dev.client.get_workflow("refund-1").status == "NEEDS_REVIEW"  # noqa: E731
+            eventually(in_review, timeout=seconds + 20)
+        elif words[0] == "export":
+            for word in words[1:]:
+                name, value = word.split("=", 1)
+                shell[name] = re.sub(r"\$(\w+)", lambda m: shell[m.group(1)], value)
+        else:
+            assert words[0] == "weave", words
+            printed.append((words[1:], here.weave(*words[1:])))
+
+    commands = [argv[:2] + [argv[2]] for argv, _ in printed]
+    assert commands == [
+        ["workflow", "start", "refund"],
+        ["signal", "send", "refund-1"],
+        ["workflow", "list", "--status"],
+        ["workflow", "show", "refund-1"],
+        ["workflow", "review", "refund-1"],
+        ["workflow", "review", "refund-1"],
+        ["workflow", "show", "refund-1"],
+    ]
+    out = [text for _, text in printed]
+    assert out[0] == "workflow refund-1: RUNNING, gate OPEN\n"
+    # S2.3: accepted after the wait's deadline, the approval is stored and rejected as late.
+    late = re.fullmatch(r"signal (\S+): REJECTED \(LATE\), accepted \S+ \S+, idempotency key approval-r-1\n", out[1])
+    assert late, out[1]
+    # With the operator's token: the workflow is listed in review, for its expired wait.
+    assert shell["WEAVE_TOKEN"] == dev.exports["WEAVE_OPS_TOKEN"] != dev.exports["WEAVE_TOKEN"]
+    (row,) = [line.split() for line in out[2].splitlines()[1:]]
+    assert row[:5] == ["refund-1", "refund", "v1", "NEEDS_REVIEW", "CLOSED"] and "WAIT_EXPIRED" in row
+    assert out[3].startswith("workflow refund-1: NEEDS_REVIEW (WAIT_EXPIRED), gate CLOSED\n")
+    assert out[4] == "workflow refund-1: RUNNING, gate OPEN\n"  # retry_step: a new generation
+    assert out[6].startswith("workflow refund-1: SUCCEEDED")
+
+    shown = dev.weave_json("workflow", "show", "refund-1")
+    (step,) = shown["workflow"]["steps"]
+    assert (step["status"], step["activation_sequence"], step["result"]) == ("SUCCEEDED", 2, {"approved_by": "j.doe"})
+    assert [(s["signal_id"], s["status"], s["disposition"]) for s in shown["signals"]] == [
+        (late.group(1), "REJECTED", "LATE")
+    ]
+    # R2: both reviews recorded with the README's reasons.
+    reviews = [e["data"]["review"] for e in dev.events("refund-1") if e["data"].get("review")]
+    assert [(r["action"], r["reason"]) for r in reviews] == [
+        ("retry_step", "approver was away, OPS-12"),
+        ("complete_step", "late approval confirmed by phone, OPS-12"),
+    ]

@@ -10,11 +10,13 @@ import subprocess
 import sys
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from yoyo import read_migrations
 
+from weave import __version__ as weave_version
 from weave import migrate
 from weave.cli import main
 from weave.db import connect
@@ -37,13 +39,44 @@ def run(*argv, **kwargs) -> subprocess.CompletedProcess:
     return done
 
 
-def build_wheel(folder: Path) -> Path:
+@dataclass
+class Build:
+    wheel: Path
+    output: str  # what the build printed, stdout and stderr
+
+
+def build_wheel(folder: Path) -> Build:
     """A wheel of the checkout as it is, built from a copy so that the build writes nothing here."""
     source = folder / "source"
     shutil.copytree(ROOT, source, ignore=NOT_SOURCE)
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", folder / "dist", source)
-    (wheel,) = (folder / "dist").glob("weave-*.whl")
-    return wheel
+    done = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", folder / "dist", source)
+    (wheel,) = (folder / "dist").glob("weave_workflows-*.whl")  # the distribution's name (issue 28, item 15)
+    return Build(wheel, done.stdout + done.stderr)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Build:
+    return build_wheel(tmp_path_factory.mktemp("build"))
+
+
+@pytest.mark.slow
+def test_issue_28_16_the_wheel_builds_without_warnings_and_holds_its_data_files(built):
+    # setuptools warned ("Package would be ignored", twice, about 90 lines) while the console's
+    # folders of data were not declared as packages.
+    assert "would be ignored" not in built.output and "Warning" not in built.output, built.output
+    names = set(zipfile.ZipFile(built.wheel).namelist())
+    for folder, files in (
+        ("weave/console/templates", (ROOT / "weave/console/templates").glob("*.html")),
+        ("weave/console/static", (ROOT / "weave/console/static").glob("*.css")),
+        ("weave/migrations", (ROOT / "migrations").glob("*.sql")),
+        ("weave/schemas", (ROOT / "weave/schemas").glob("*.json")),
+    ):
+        expected = {f"{folder}/{path.name}" for path in files}
+        assert expected and expected <= names, folder
+    (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
+    headers = zipfile.ZipFile(built.wheel).read(metadata).decode().split("\n\n", 1)[0].splitlines()
+    assert "Name: weave-workflows" in headers
+    assert f"Version: {weave_version}" in headers
 
 
 def install(wheel: Path, venv: Path) -> Path:
@@ -79,12 +112,12 @@ def wait_until_ready(server: subprocess.Popen, port: int, log: Path, timeout: fl
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_migrates_and_serves_from_outside_the_checkout(tmp_path, scratch_database):
+def test_an_installed_wheel_migrates_and_serves_from_outside_the_checkout(tmp_path, scratch_database, built):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     assert ROOT not in elsewhere.parents
 
-    wheel = build_wheel(tmp_path / "build")
+    wheel = built.wheel
     names = zipfile.ZipFile(wheel).namelist()
     assert {name.split("/")[0] for name in names if ".dist-info/" not in name} == {"weave"}  # no top-level sql
     assert "weave/bench.py" not in names  # development tooling stays in scripts/
@@ -93,6 +126,7 @@ def test_an_installed_wheel_migrates_and_serves_from_outside_the_checkout(tmp_pa
     url = scratch_database("installed")
     env = {**CLEAN_ENV, "WEAVE_DATABASE_URL": url.yoyo_url()}
     weave = bin_ / "weave"
+    assert run(weave, "--version", cwd=elsewhere, env=env).stdout == f"weave {weave_version}\n"
 
     expected = [m.id for m in read_migrations(str(ROOT / "migrations"))]
     migrated = run(weave, "migrate", cwd=elsewhere, env=env)

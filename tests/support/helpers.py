@@ -396,6 +396,28 @@ def weave_serve(url, *flags: str, soft_file_limit: int | None = None, stderr=sub
                 process.wait(10)
 
 
+def weave_dev(folder, port: int, env: dict) -> tuple[subprocess.Popen, list[str]]:
+    """A `weave dev --port PORT` started in `folder` (its ./.weave/) with `env`: the process and the
+    banner it printed, up to its `weave workflow start` line. The caller stops it."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "weave.cli", "dev", "--port", str(port)],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=die_with_parent,
+    )
+    printed = []
+    while not any(line.startswith("  weave workflow start ") for line in printed):
+        line = process.stdout.readline()
+        if not line:
+            process.wait(30)
+            raise AssertionError(f"weave dev exited early ({process.returncode}) after:\n{''.join(printed)}")
+        printed.append(line)
+    return process, printed
+
+
 # ---- scanner processes (crash tests) --------------------------------------------------------------------
 
 
