@@ -1,10 +1,11 @@
 """Workflow instances: start (idempotent on workflow_id), read with their steps, list, lock, move.
 
 Lock order: the instance row first, then what hangs off it (activations, waits, signals, tasks).
-Starting writes the instance (RUNNING, gate OPEN), a ROOT checkpoint due now, one at its total
-deadline (I6), the first event and an audit record in one transaction (I2); the checkpoint
-scanner activates the first step. Every later change of an instance's status or deadline is the
-engine's, through `move` and `set_deadline`.
+Starting checks the input against the definition's input schema (D5), then writes the instance
+(RUNNING, gate OPEN), a ROOT checkpoint due now, one at its total deadline (I6), the first event
+and an audit record in one transaction (I2); the checkpoint scanner activates the first step.
+Every later change of an instance's status or deadline is the engine's, through `move` and
+`set_deadline`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
+from weave import jsontext
 from weave.auth import Principal
 from weave.db import read_only, unit_of_work
-from weave.errors import Code, WeaveError
+from weave.errors import Code, WeaveError, refusal
 from weave.rules import definitions as definition_rules
 from weave.sql import audit, checkpoints, definitions, events
 from weave.times import rfc3339
@@ -94,7 +96,7 @@ def read_workflow(tx: Tx, principal: Principal, workflow_id: str) -> WorkflowFac
     return facts
 
 
-# ---- an instance addressed by a credential (S1.1, §11) ---------------------------------------------
+# ---- an instance addressed by a credential (S1.1, docs/rules.md#api) -------------------------------
 
 SELECT_ADDRESSED_INSTANCE = """
 SELECT id, definition_id, (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest
@@ -128,7 +130,7 @@ def list_events(tx: Tx, principal: Principal, workflow_id: str, after: int, limi
     return events.page(tx, addressed(tx, principal, workflow_id)["id"], after, limit)
 
 
-# ---- the workflow list (§11): newest first, only what the credential may read ------------------------
+# ---- the workflow list (docs/rules.md#api): newest first, only what the credential may read ----------
 
 LISTED_COLUMNS = """i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version,
        d.queues AS definition_queues, i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at"""
@@ -178,8 +180,8 @@ def newest_of_versions(versions: list[int], status: str | None, before: int, cou
 
 
 def _may_read(principal: Principal, stored_queues: str) -> bool:
-    """Whether `principal` holds a grant for every queue of a definition (S1.1, §11), from the
-    definition's `queues` column: no document is read or parsed."""
+    """Whether `principal` holds a grant for every queue of a definition (S1.1, docs/rules.md#api),
+    from the definition's `queues` column: no document is read or parsed."""
     return principal.holds_queues(definitions.queues(stored_queues))
 
 
@@ -228,7 +230,7 @@ def start_workflow(tx: Tx, principal: Principal, request: StartRequest) -> tuple
     The same workflow_id with the same request digest answers the existing instance; with another
     digest it is `WORKFLOW_EXISTS`. Two concurrent starts of one id meet at `uq_instances_workflow`:
     the loser's unit is re-run and takes the first branch. Either way the credential needs a grant
-    for every queue of the definition (S1.1, §11).
+    for every queue of the definition (S1.1, docs/rules.md#api).
     """
     namespace_id, actor = principal.namespace_id, principal.actor
     existing = read_facts(tx, namespace_id, request.workflow_id)
@@ -244,7 +246,12 @@ def start_workflow(tx: Tx, principal: Principal, request: StartRequest) -> tuple
         raise WeaveError(
             Code.DEFINITION_NOT_FOUND, f"definition {request.definition!r} version {request.version} does not exist"
         )
-    principal.require_queues(definition_rules.queues_used(definitions.document(tx, definition.id, definition.digest)))
+    document = definitions.document(tx, definition.id, definition.digest)
+    principal.require_queues(definition_rules.queues_used(document))
+    if "input_schema" in document:  # D5: an input the definition refuses is refused before anything is written
+        problems = definition_rules.input_problems(document, jsontext.loads(request.input_text))
+        if problems:
+            raise refusal(Code.VALIDATION_FAILED, problems)
     now = tx.now()
     deadline_at = now + timedelta(seconds=request.deadline_seconds)
     instance_id = tx.insert(

@@ -712,7 +712,7 @@ def _json_field(text: str, pointer: str):
 
 
 def routes(database, config) -> list[tuple[str, object]]:
-    """The console's routes (SPEC §11 `/console/…`); `{namespace}` is the URL's `{ns}`."""
+    """The console's routes (`/console/…`, docs/rules.md#api); `{namespace}` is the URL's `{ns}`."""
     limit = config.max_body_bytes
     ns = f"{ROOT}/ns/{{namespace}}"
     return [

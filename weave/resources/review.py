@@ -27,7 +27,7 @@ class WorkflowReview(Resource):
         body = read_json(req, "review", self.body_limit)
         result = body.get("result", signal_rules.ABSENT)
         if result is not signal_rules.ABSENT:
-            bounded_value_text(result, "/result")  # the 256 KiB limit of every value (§11)
+            bounded_value_text(result, "/result")  # the 256 KiB limit of every value (docs/rules.md#api)
         facts = engine.review(
             self.database,
             principal,
