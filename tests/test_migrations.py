@@ -41,6 +41,7 @@ SHIPPED = [
     "0013.definition_queues",
     "0014.console_session_limits",
     "0015.status_checks",
+    "0020.routing",
 ]
 
 

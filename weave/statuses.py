@@ -1,7 +1,8 @@
 """The statuses of Weave's rows, spelt exactly as SPEC §1 spells them (the API and the database use
 these words). Each is a `StrEnum`: a member is its own text, so it compares equal to what a row
-holds. Migration 0015 makes the database refuse any other value (`CHECKS`), and
-tests/test_statuses.py compares these enums with the constraints and with SPEC §1."""
+holds. Migration 0015 makes the database refuse any other value (`CHECKS`; migration 0020 adds
+the words of routing, SPEC §14), and tests/test_statuses.py compares these enums with the
+constraints and with SPEC §1 and §14."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ class SignalStatus(StrEnum):
     CONSUMED = "CONSUMED"
     REJECTED = "REJECTED"
     EXPIRED = "EXPIRED"
+    PARKED = "PARKED"  # SPEC §14 (B2): a fact sent by its business key that no wait has taken yet
 
 
 class Disposition(StrEnum):
@@ -58,6 +60,10 @@ class Disposition(StrEnum):
     QUERY_SETTLED = "QUERY_SETTLED"
     EXPIRED_UNMATCHED = "EXPIRED_UNMATCHED"
     LEGACY_UNVERIFIED = "LEGACY_UNVERIFIED"
+    # SPEC §14 (round 3): a fact sent by its business key
+    AMBIGUOUS_CORRELATION = "AMBIGUOUS_CORRELATION"  # B2: more than one wait could take it
+    EXPIRED_UNROUTED = "EXPIRED_UNROUTED"  # B5: parked until parked_until, taken by no wait
+    SIGNAL_LIMIT_REACHED = "SIGNAL_LIMIT_REACHED"  # routed into an instance holding 1,024 signals (S1.6)
 
 
 class TaskStatus(StrEnum):
