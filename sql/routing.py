@@ -70,8 +70,9 @@ SELECT s.id AS signal_id, s.request_digest, s.receipt, i.id, i.workflow_id, i.de
 FROM signals s LEFT JOIN instances i ON i.id = s.instance_id
 WHERE s.namespace_id = %s AND s.route_key = %s
 """
-# The WAITING waits of one business key in the namespace (not locked), with what the credential's
-# grants are compared with: the queues of each instance's pinned definition (S1.1).
+# The WAITING waits of one business key in the namespace (not locked), each with its instance (`id`,
+# as `instances.require_grants` takes it) and what the credential's grants are compared with: the
+# queues of the instance's pinned definition (S1.1).
 SELECT_CANDIDATE_WAITS = """
 SELECT w.id AS wait_id, w.step_key, w.activation_sequence, i.id, i.workflow_id, i.definition_id,
        d.digest AS definition_digest, d.queues AS definition_queues
@@ -128,28 +129,30 @@ def _candidates(tx: Tx, principal: Principal, request: signals.SignalRequest, ha
     return [row for row in rows if principal.holds_queues(definitions.queues(row["definition_queues"]))]
 
 
-def _route_to(tx: Tx, principal: Principal, request: signals.SignalRequest, hashed: int, wait: dict) -> signals.Receipt:
+def _route_to(
+    tx: Tx, principal: Principal, request: signals.SignalRequest, hashed: int, candidate: dict
+) -> signals.Receipt:
     """The fact as a signal of the one candidate's activation, accepted by S1.3-S1.12 as if it had
     been sent there; started again when the wait is no longer the step's WAITING one under the lock."""
-    document, queues = instances.require_grants(tx, principal, wait["workflow_id"], wait)
+    document, queues = instances.require_grants(tx, principal, candidate["workflow_id"], candidate)
     aimed = replace(
         request,
         fields={
             **request.fields,
-            "target_step_key": wait["step_key"],
-            "target_activation_sequence": wait["activation_sequence"],
+            "target_step_key": candidate["step_key"],
+            "target_activation_sequence": candidate["activation_sequence"],
         },
     )
     signals.require_contract(document, aimed.fields, request.payload)
-    known = signals.lock_target(tx, principal, wait["id"], queues, None, wait["step_key"])
-    if known["wait_id"] != wait["wait_id"] or known["wait_status"] != "WAITING":
+    known = signals.lock_target(tx, principal, candidate["id"], queues, None, candidate["step_key"])
+    if known["wait_id"] != candidate["wait_id"] or known["wait_status"] != "WAITING":
         raise Rerouted()  # taken, expired or superseded since it was read
     route = signals.Route(principal.namespace_id, hashed, rules.ROUTED)
     facts = signals.target_facts(tx, aimed, known)
     if known["stored"] >= signals.SIGNALS_PER_INSTANCE:  # docs/decisions.md: refused, kept in the namespace
         return _store_unrouted(tx, principal, aimed, hashed, rules.ROUTED, "REJECTED", "SIGNAL_LIMIT_REACHED", known)
     return signals.accept(
-        tx, principal, known, aimed, facts.accepted_at, signal_rules.accept(facts), wait["wait_id"], route
+        tx, principal, known, aimed, facts.accepted_at, signal_rules.accept(facts), candidate["wait_id"], route
     )
 
 
