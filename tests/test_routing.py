@@ -495,3 +495,56 @@ def test_B4_a_parked_fact_changed_after_acceptance_fails_its_proof_S1_12(publish
     [row] = flow.rows("SELECT request_digest FROM audit_records WHERE action = 'signal.route'")
     [parked] = flow.rows("SELECT request_digest FROM audit_records WHERE action = 'signal.park'")
     assert row == parked
+
+
+# ---- a route that finds its wait changed under it ------------------------------------------------------
+
+
+def stale_first(monkeypatch, times: int) -> list[int]:
+    """The route's first `times` reads of candidates also find settled waits (as a read just before
+    the wait settled would); the count of reads made."""
+    reads = []
+    real = routing._candidates
+
+    def candidates(tx, principal, request, hashed):
+        reads.append(1)
+        if len(reads) > times:
+            return real(tx, principal, request, hashed)
+        rows = tx.all(
+            routing.SELECT_CANDIDATE_WAITS.replace("w.status = 'WAITING'", "w.status <> 'X'"),
+            (
+                hashed,
+                request.fields["name"],
+                request.fields["payload_version"],
+                request.correlation,
+                principal.namespace_id,
+            ),
+        )
+        return rows
+
+    monkeypatch.setattr(routing, "_candidates", candidates)
+    return reads
+
+
+def test_B2_a_wait_settled_since_the_read_is_rechecked_under_the_instance_lock(published, monkeypatch):
+    """The one candidate found without a lock is re-checked under its instance's lock: settled
+    since, the route starts again, finds no wait, and parks the fact."""
+    flow = published
+    open_payment_wait(flow)
+    route(flow, "first", fact())
+    flow.scan()  # the wait takes the first fact: SATISFIED
+    reads = stale_first(monkeypatch, 1)
+    receipt = route(flow, "second", fact()).json
+    assert receipt["route"] == "PARKED" and len(reads) >= 3  # stale, then again: none, and none under the bucket
+    assert [r["status"] for r in signal_rows(flow)] == ["CONSUMED", "PARKED"]
+
+
+def test_B2_a_route_whose_waits_keep_changing_answers_503_and_stores_nothing(published, monkeypatch):
+    flow = published
+    open_payment_wait(flow)
+    route(flow, "first", fact())
+    flow.scan()
+    reads = stale_first(monkeypatch, 1000)
+    answer = route(flow, "second", fact())
+    assert answer.status_code == 503 and answer.headers.get("Retry-After")
+    assert len(reads) == routing.ROUTE_ATTEMPTS and len(signal_rows(flow)) == 1
