@@ -13,14 +13,14 @@ import random
 import threading
 
 import pytest
-from helpers import signal_flow_definition
+from helpers import signal_flow_definition, wait_until
 from test_routing import fact, payment_step, route, signal_rows
 
 from weave.scanner import Scanner
 from weave.sql import routing
 
-HOLD_SECONDS = 30  # a side held before COMMIT is released by the test long before this
-BLOCKED_SECONDS = 1.0  # how long the other side is watched to be waiting for the held one
+HOLD_SECONDS = 90  # a side held before COMMIT is released by the test long before this
+JOIN_SECONDS = 30
 
 
 class Hold:
@@ -40,6 +40,28 @@ class Hold:
             assert self.release.wait(HOLD_SECONDS), "the held side was never released"
 
 
+def meets_the_held_side(database, thread: threading.Thread, locking: bool) -> None:
+    """With the locks, the other side ends up waiting for a lock the held one has (the server
+    shows a transaction in LOCK WAIT); without them it runs to its end while the held one waits."""
+    if not locking:
+        thread.join(JOIN_SECONDS)
+        assert not thread.is_alive(), "without the locks nothing should wait"
+        return
+    wait_until(
+        lambda: (
+            database.read(
+                lambda tx: tx.one(
+                    "SELECT COUNT(*) AS n FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+                )
+            )["n"]
+            == 1
+        ),
+        timeout=JOIN_SECONDS,
+        pause=0.25,  # InnoDB refreshes that table only when it was not read for 0.1 s
+    )
+    assert thread.is_alive()
+
+
 def in_thread(fn) -> tuple[threading.Thread, dict]:
     """Run `fn` in a thread; its result (or exception) lands in the returned dict."""
     out: dict = {}
@@ -56,7 +78,7 @@ def in_thread(fn) -> tuple[threading.Thread, dict]:
 
 
 def finished(thread: threading.Thread, out: dict):
-    thread.join(HOLD_SECONDS)
+    thread.join(JOIN_SECONDS)
     assert not thread.is_alive(), "the side did not finish"
     if "error" in out:
         raise out["error"]
@@ -103,8 +125,7 @@ def test_B4_a_route_while_the_activation_is_held_before_commit(reserved, databas
     activation, activated = in_thread(flow.scan)
     assert hold.arrived.wait(HOLD_SECONDS)
     sender, sent = in_thread(lambda: route(flow, "pay-1", fact()))
-    sender.join(BLOCKED_SECONDS)
-    assert sender.is_alive() == locking  # with the lock, the route waits for the activation's COMMIT
+    meets_the_held_side(database, sender, locking)  # with the lock, the route waits for the activation's COMMIT
     hold.release.set()
     finished(activation, activated)
     receipt = finished(sender, sent).json
@@ -131,8 +152,7 @@ def test_B4_an_activation_while_the_route_is_held_before_commit(reserved, databa
     sender, sent = in_thread(lambda: route(flow, "pay-1", fact()))
     assert hold.arrived.wait(HOLD_SECONDS)
     activation, activated = in_thread(flow.scan)
-    activation.join(BLOCKED_SECONDS)
-    assert activation.is_alive() == locking  # with the lock, the activation waits for the route's COMMIT
+    meets_the_held_side(database, activation, locking)  # with the lock, the activation waits for the route's COMMIT
     hold.release.set()
     receipt = finished(sender, sent).json
     finished(activation, activated)
@@ -158,8 +178,7 @@ def test_B4_on_one_server_the_takes_locking_read_alone_waits_for_the_held_route(
     sender, sent = in_thread(lambda: route(flow, "pay-1", fact()))
     assert hold.arrived.wait(HOLD_SECONDS)
     activation, activated = in_thread(flow.scan)
-    activation.join(BLOCKED_SECONDS)
-    assert activation.is_alive()
+    meets_the_held_side(database, activation, True)
     hold.release.set()
     finished(sender, sent)
     finished(activation, activated)
