@@ -1,4 +1,4 @@
-"""A ROOT checkpoint at the total deadline of every instance that has not ended (SPEC I6, issue 28
+"""A ROOT checkpoint at the total deadline of every instance that has not ended (I6, issue 28
 item 7): the look due then closes the gate of a running instance and records DEADLINE_PASSED, so
 that the gate shown is the gate in force. Instances started from now on get theirs at start.
 

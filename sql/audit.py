@@ -45,12 +45,14 @@ def record(
 # By the signal's key (index ix_audit_signal); the instance and the action are checked as well, so
 # that only the signal's own acceptance record, written by the same unit as the signal, counts. The
 # index is named: as a dependent subquery the planner may prefer ix_audit_instance for its id order,
-# which reads every record of the instance; ix_audit_signal's entries are in id order too.
+# which reads every record of the instance; ix_audit_signal's entries are in id order too. A fact
+# parked by its business key (docs/rules.md#routing) was accepted by no instance: the record of the take that
+# routed it there (`signal.route`) carries the digest of its acceptance record (`signal.park`).
 def _acceptance_digest_of(signal_id: str, instance_id: str) -> str:
     """The statement, for the signal and instance that `signal_id` and `instance_id` name (SQL
     expressions written here, never input)."""
     return f"""SELECT request_digest FROM audit_records FORCE INDEX (ix_audit_signal)
-WHERE signal_id = {signal_id} AND instance_id = {instance_id} AND action = 'signal.send'
+WHERE signal_id = {signal_id} AND instance_id = {instance_id} AND action IN ('signal.send', 'signal.route')
 ORDER BY id LIMIT 1"""
 
 

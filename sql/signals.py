@@ -131,12 +131,24 @@ INSERT_SIGNAL = """
 INSERT INTO signals (instance_id, name, payload_version, target_step_key, target_activation_sequence, correlation,
                      payload, payload_sha256, payload_present, reason, evidence_ref, actor, credential_id,
                      idempotency_key, request_digest, status, disposition, accepted_at, expires_at, available_at,
-                     settled_at, created_at, receipt)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                     settled_at, created_at, receipt, namespace_id, route_key, route_hash, park_seconds)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
 
 
-def _replay(existing: dict, request: SignalRequest) -> Receipt:
+@dataclass(frozen=True)
+class Route:
+    """A fact sent by its business key (docs/rules.md#routing): its namespace, its key's hash and where it went
+    (`weave.rules.routing`: ROUTED, PARKED or AMBIGUOUS). Its Idempotency-Key is unique in the
+    namespace (`uq_signals_route`), not in an instance."""
+
+    namespace_id: int
+    route_hash: int
+    outcome: str
+
+
+def replay(existing: dict, request: SignalRequest) -> Receipt:
+    """The first receipt of an idempotency key, or IDEMPOTENCY_CONFLICT for other content (S1.5)."""
     if existing["request_digest"] != request.request_digest:
         raise WeaveError(
             Code.IDEMPOTENCY_CONFLICT, f"Idempotency-Key {request.idempotency_key!r} was used for a different signal"
@@ -144,7 +156,15 @@ def _replay(existing: dict, request: SignalRequest) -> Receipt:
     return Receipt(_receipt_text(existing["signal_id"], existing["receipt"]), replayed=True)
 
 
-def _target_facts(tx: Tx, request: SignalRequest, known: dict) -> rules.TargetFacts:
+def require_contract(document: dict, fields: dict, payload: object) -> None:
+    """CONTRACT_MISMATCH (422, nothing stored: S1.9) unless the signal fits its target step's contract."""
+    problems = rules.contract_problems(document["steps"], fields, payload)
+    if problems:
+        raise refusal(Code.CONTRACT_MISMATCH, problems)
+
+
+def target_facts(tx: Tx, request: SignalRequest, known: dict) -> rules.TargetFacts:
+    """What acceptance decides on (S1.10), from FACTS_UNDER_LOCK's row."""
     return rules.TargetFacts(
         instance_status=known["status"],
         target_sequence=request.fields["target_activation_sequence"],
@@ -159,31 +179,38 @@ def _target_facts(tx: Tx, request: SignalRequest, known: dict) -> rules.TargetFa
     )
 
 
+def lock_target(tx: Tx, principal: Principal, instance_id: int, queues: list[str], key: str | None, step: str) -> dict:
+    """Lock the queues of the pinned definition (shared), then the instance (by its mark), and read
+    FACTS_UNDER_LOCK: one round trip (S1.3's lock order)."""
+    if queues:
+        tx.later(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
+    instances.mark_deciding(tx, instance_id)
+    return tx.one(FACTS_UNDER_LOCK, {"instance": instance_id, "key": key, "step": step})
+
+
+def refuse_over_limit(stored: int, workflow_id: str) -> None:
+    """SIGNAL_LIMIT_REACHED (409) when the instance holds its 1,024 signals (S1.6)."""
+    if stored >= SIGNALS_PER_INSTANCE:
+        raise WeaveError(
+            Code.SIGNAL_LIMIT_REACHED, f"workflow {workflow_id!r} already holds {SIGNALS_PER_INSTANCE} signals"
+        )
+
+
 @unit_of_work(replay_on=("uq_signals_idempotency",))
 def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalRequest) -> Receipt:
     unlocked = tx.one(SELECT_TARGET_INSTANCE_AND_KEY, (request.idempotency_key, principal.namespace_id, workflow_id))
     document, queues = instances.require_grants(tx, principal, workflow_id, unlocked)
     if unlocked["receipt"] is not None:
-        return _replay(unlocked, request)
-    problems = rules.contract_problems(document["steps"], request.fields, request.payload)
-    if problems:
-        raise refusal(Code.CONTRACT_MISMATCH, problems)
+        return replay(unlocked, request)
+    require_contract(document, request.fields, request.payload)
 
-    # One round trip: the queues, then the instance (locked by its mark), then the facts.
-    if queues:
-        tx.later(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
-    instances.mark_deciding(tx, unlocked["id"])
-    known = tx.one(
-        FACTS_UNDER_LOCK,
-        {"instance": unlocked["id"], "key": request.idempotency_key, "step": request.fields["target_step_key"]},
+    known = lock_target(
+        tx, principal, unlocked["id"], queues, request.idempotency_key, request.fields["target_step_key"]
     )
     if known["twin"]:  # a concurrent twin committed first
-        return _replay(tx.one(SELECT_BY_IDEMPOTENCY_KEY, (known["id"], request.idempotency_key)), request)
-    if known["stored"] >= SIGNALS_PER_INSTANCE:
-        raise WeaveError(
-            Code.SIGNAL_LIMIT_REACHED, f"workflow {workflow_id!r} already holds {SIGNALS_PER_INSTANCE} signals"
-        )
-    facts = _target_facts(tx, request, known)
+        return replay(tx.one(SELECT_BY_IDEMPOTENCY_KEY, (known["id"], request.idempotency_key)), request)
+    refuse_over_limit(known["stored"], workflow_id)
+    facts = target_facts(tx, request, known)
     decision = rules.accept(facts)
     if decision.status == rules.ACTIVATION_NOT_FOUND:
         raise WeaveError(
@@ -191,10 +218,10 @@ def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalR
             f"step {request.fields['target_step_key']!r} has no activation "
             f"{request.fields['target_activation_sequence']}",
         )
-    return _accept(tx, principal, known, request, facts.accepted_at, decision, known["wait_id"])
+    return accept(tx, principal, known, request, facts.accepted_at, decision, known["wait_id"])
 
 
-def _accept(
+def accept(
     tx: Tx,
     principal: Principal,
     instance: dict,
@@ -202,47 +229,20 @@ def _accept(
     now: datetime,
     decision: rules.Acceptance,
     wait_id: int | None,
+    route: Route | None = None,
 ) -> Receipt:
+    """Store a signal of the locked `instance` with its checkpoint, event and audit record (S1.4)."""
     fields = request.fields
-    payload_sha = jsontext.sha256_text(request.payload_text) if request.payload_text is not None else None
-    receipt_rest = _receipt_rest(
-        {
-            "workflow_id": instance["workflow_id"],
-            "status": decision.status,
-            "disposition": decision.disposition,
-            "accepted_at": rfc3339(now),
-            "expires_at": rfc3339(instance["deadline_at"]),
-            "idempotency_key": request.idempotency_key,
-            "request_digest": request.request_digest,
-        }
-    )
-    signal_id = tx.insert(
-        INSERT_SIGNAL,
-        (
-            instance["id"],
-            fields["name"],
-            fields["payload_version"],
-            fields["target_step_key"],
-            fields["target_activation_sequence"],
-            request.correlation,
-            request.payload_text,
-            payload_sha,
-            request.payload_text is not None,
-            fields["reason"],
-            fields.get("evidence_ref"),
-            principal.actor,
-            principal.credential_id,
-            request.idempotency_key,
-            request.request_digest,
-            decision.status,
-            decision.disposition,
-            now,
-            instance["deadline_at"],
-            instance["deadline_at"],  # available_at: a PENDING signal's first look is at its expiry
-            now if decision.status != rules.PENDING else None,
-            now,
-            receipt_rest,
-        ),
+    signal_id, text = store(
+        tx,
+        principal,
+        request,
+        instance=instance,
+        status=decision.status,
+        disposition=decision.disposition,
+        accepted_at=now,
+        expires_at=instance["deadline_at"],
+        route=route,
     )
     instances.count_stored_signal(tx, instance["id"])
     if decision.wakes_wait:
@@ -256,6 +256,8 @@ def _accept(
         "disposition": decision.disposition,
         "actor": principal.actor,
     }
+    if route is not None:
+        data["route"] = route.outcome
     events.append(tx, instance["id"], "SIGNAL_ACCEPTED", data)
     audit.record(
         tx,
@@ -273,14 +275,85 @@ def _accept(
         credential_id=principal.credential_id,
         request_digest=request.request_digest,
     )
-    return Receipt(_receipt_text(signal_id, receipt_rest), False, decision.status, decision.disposition)
+    return Receipt(text, False, decision.status, decision.disposition)
+
+
+def store(
+    tx: Tx,
+    principal: Principal,
+    request: SignalRequest,
+    *,
+    instance: dict | None,
+    status: str,
+    disposition: str | None,
+    accepted_at: datetime,
+    expires_at: datetime,
+    route: Route | None,
+    workflow_id: str | None = None,
+) -> tuple[int, str]:
+    """Insert the signal's row with its frozen receipt; (signal_id, the receipt's text). A fact of
+    `route` that belongs to no instance (parked, ambiguous, refused by a full one: `workflow_id`)
+    has `instance` None; a PARKED one expires at its `parked_until` (`expires_at`)."""
+    fields = request.fields
+    payload_sha = jsontext.sha256_text(request.payload_text) if request.payload_text is not None else None
+    receipt = {
+        "workflow_id": instance["workflow_id"] if instance else workflow_id,
+        "status": status,
+        "disposition": disposition,
+        "accepted_at": rfc3339(accepted_at),
+        "expires_at": rfc3339(expires_at),
+        "idempotency_key": request.idempotency_key,
+        "request_digest": request.request_digest,
+    }
+    if route is not None:  # B3
+        receipt["route"] = route.outcome
+        receipt["target_step_key"] = fields.get("target_step_key")
+        receipt["target_activation_sequence"] = fields.get("target_activation_sequence")
+        if status == "PARKED":
+            receipt["parked_until"] = rfc3339(expires_at)
+    receipt_rest = _receipt_rest(receipt)
+    signal_id = tx.insert(
+        INSERT_SIGNAL,
+        (
+            instance["id"] if instance else None,
+            fields["name"],
+            fields["payload_version"],
+            fields.get("target_step_key"),
+            fields.get("target_activation_sequence"),
+            request.correlation,
+            request.payload_text,
+            payload_sha,
+            request.payload_text is not None,
+            fields["reason"],
+            fields.get("evidence_ref"),
+            principal.actor,
+            principal.credential_id,
+            None if route else request.idempotency_key,
+            request.request_digest,
+            status,
+            disposition,
+            accepted_at,
+            expires_at,
+            expires_at,  # available_at: a PENDING (or PARKED) signal's first look is at its expiry
+            accepted_at if status not in (rules.PENDING, "PARKED") else None,
+            accepted_at,
+            receipt_rest,
+            route.namespace_id if route else None,
+            request.idempotency_key if route else None,
+            route.route_hash if route else None,
+            fields.get("park_seconds") if route else None,
+        ),
+    )
+    return signal_id, _receipt_text(signal_id, receipt_rest)
 
 
 # ---- get and list ---------------------------------------------------------------------------------
 
+# A fact sent by its business key keeps its Idempotency-Key in `route_key` (unique in its namespace).
 SIGNAL_COLUMNS = """
 s.id, s.name, s.payload_version, s.target_step_key, s.target_activation_sequence, s.correlation, s.payload,
-s.payload_present, s.reason, s.evidence_ref, s.actor, s.idempotency_key, s.request_digest, s.status,
+s.payload_present, s.reason, s.evidence_ref, s.actor, COALESCE(s.idempotency_key, s.route_key) AS idempotency_key,
+s.request_digest, s.status,
 s.disposition, s.accepted_at, s.expires_at, s.consumed_at
 """
 SELECT_SIGNAL = "SELECT " + SIGNAL_COLUMNS + " FROM signals s WHERE s.instance_id = %s AND s.id = %s"
@@ -360,7 +433,7 @@ def locking_pending_of_wait(wait_id: int) -> tuple[str, tuple]:
 SELECT_CANDIDATE = (
     """
 SELECT s.id, s.name, s.payload_version, s.correlation, s.payload, s.payload_present, s.accepted_at, s.request_digest,
-       s.reason, s.evidence_ref, s.target_step_key, s.target_activation_sequence,
+       s.reason, s.evidence_ref, s.target_step_key, s.target_activation_sequence, s.route_key, s.park_seconds,
        """
     + audit.ACCEPTANCE_DIGEST_OF_SIGNAL_ROW
     + """ AS recorded_digest

@@ -13,8 +13,8 @@ from weave.tx import Tx
 
 INSERT_WAIT = """
 INSERT INTO waits (instance_id, step_key, kind, name, payload_version, correlation, activation_id, activation_sequence,
-                   status, deadline_at, created_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'WAITING', %s, %s)
+                   status, deadline_at, created_at, route_hash)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'WAITING', %s, %s, %s)
 """
 LOCK_WAIT = """
 SELECT id, instance_id, step_key, kind, name, payload_version, correlation, activation_id, activation_sequence,
@@ -44,9 +44,17 @@ UPDATE waits SET status = 'SUPERSEDED', settled_at = COALESCE(settled_at, %s) WH
 
 
 def insert(
-    tx: Tx, instance_id: int, activation: dict, step: dict, contract: dict, correlation: bytes, deadline_at: datetime
+    tx: Tx,
+    instance_id: int,
+    activation: dict,
+    step: dict,
+    contract: dict,
+    correlation: bytes,
+    deadline_at: datetime,
+    route_hash: int,
 ) -> int:
-    """Freeze the contract, correlation, activation sequence and deadline of a new WAITING wait."""
+    """Freeze the contract, correlation, activation sequence and deadline of a new WAITING wait;
+    `route_hash` finds it for a fact sent by its business key (`sql.routing`)."""
     return tx.insert(
         INSERT_WAIT,
         (
@@ -60,6 +68,7 @@ def insert(
             activation["activation_sequence"],
             deadline_at,
             tx.now(),
+            route_hash,
         ),
     )
 

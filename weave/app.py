@@ -32,6 +32,7 @@ def routes(database: Database, config: Config, metrics_route: bool = True) -> li
             for action in ("pause", "resume", "cancel")
         ],
         (f"{N}/workflows/{{workflow_id}}/review", review.WorkflowReview(database, limit)),
+        (f"{N}/signals", signals.NamespaceSignals(database, limit)),
         (f"{N}/workflows/{{workflow_id}}/signals", signals.WorkflowSignals(database, limit)),
         (f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}", signals.WorkflowSignal(database)),
         (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit, config.max_waiting_claims)),

@@ -109,6 +109,21 @@ def add_checks(table: str, checks):
     return _add_missing(table, checks, check_exists, "ADD CONSTRAINT {name} CHECK ({spec})", "DROP CONSTRAINT {name}")
 
 
+def replace_checks(table: str, checks, previous):
+    """Put the (name, CHECK expression) constraints in place of the ones of the same names (a list
+    that gains a word): each is dropped when present and added again, so the step can run again;
+    the rollback puts `previous` back the same way."""
+
+    def put(specs):
+        def apply(conn):
+            alter(conn, table, [f"DROP CONSTRAINT {n}" for n, _ in specs if check_exists(conn, table, n)])
+            alter(conn, table, [f"ADD CONSTRAINT {n} CHECK ({s})" for n, s in specs])
+
+        return apply
+
+    return step(put(checks), put(previous))
+
+
 def data(sql: str, rollback_sql: str | None = None):
     """A data statement; it must only touch rows it has not touched before, so that it can run again."""
     return step(lambda conn: run(conn, sql), (lambda conn: run(conn, rollback_sql)) if rollback_sql else None)

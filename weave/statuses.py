@@ -1,8 +1,8 @@
 """The statuses of Weave's rows, spelt exactly as docs/rules.md#statuses spells them (the API and
 the database use these words). Each is a `StrEnum`: a member is its own text, so it compares equal
-to what a row holds. Migration 0015 makes the database refuse any other value (`CHECKS`);
-tests/integration/test_statuses.py compares these enums with the constraints,
-tests/unit/test_docs_rules.py with docs/rules.md."""
+to what a row holds. Migration 0015 makes the database refuse any other value (`CHECKS`; migration
+0017 adds the words of routing, docs/rules.md#routing); tests/integration/test_statuses.py compares
+these enums with the constraints, tests/unit/test_docs_rules.py with docs/rules.md."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ class SignalStatus(StrEnum):
     CONSUMED = "CONSUMED"
     REJECTED = "REJECTED"
     EXPIRED = "EXPIRED"
+    PARKED = "PARKED"  # docs/rules.md#routing (B2): a fact sent by its business key that no wait has taken yet
 
 
 class Disposition(StrEnum):
@@ -59,6 +60,10 @@ class Disposition(StrEnum):
     QUERY_SETTLED = "QUERY_SETTLED"
     EXPIRED_UNMATCHED = "EXPIRED_UNMATCHED"
     LEGACY_UNVERIFIED = "LEGACY_UNVERIFIED"
+    # docs/rules.md#routing (round 3): a fact sent by its business key
+    AMBIGUOUS_CORRELATION = "AMBIGUOUS_CORRELATION"  # B2: more than one wait could take it
+    EXPIRED_UNROUTED = "EXPIRED_UNROUTED"  # B5: parked until parked_until, taken by no wait
+    SIGNAL_LIMIT_REACHED = "SIGNAL_LIMIT_REACHED"  # routed into an instance holding 1,024 signals (S1.6)
 
 
 class TaskStatus(StrEnum):

@@ -13,7 +13,7 @@ from weave import jsontext
 from weave.rules import correlation
 from weave.rules import signals as signal_rules
 from weave.rules import waits as wait_rules
-from weave.sql import audit, checkpoints, events, instances, signals, tasks, waits
+from weave.sql import audit, checkpoints, events, instances, routing, signals, tasks, waits
 from weave.sql.engine.steps import Outcome, Step, needs_review, succeeded, waiting
 from weave.tx import Tx
 
@@ -59,15 +59,17 @@ def look_at_wait(
 
 def open_wait(tx: Tx, instance: dict, activation: dict, step: Step) -> tuple[dict, str | None]:
     """A WAITING wait for the step's contract and the instance's correlation key, with a look now
-    (the early signals, S2.1) and one at the deadline (S2.6); (the activation event's data, the
-    review reason when the key does not resolve)."""
+    (the early signals, S2.1, and the parked facts it takes, B4) and one at the deadline (S2.6);
+    (the activation event's data, the review reason when the key does not resolve)."""
     try:
         context = instances.context(tx, instance["id"], instance["workflow_id"], instance["input"], jsontext.loads)
         key = correlation.correlation_key(context, step.correlation)
     except correlation.Unresolved as exc:
         return {"problem": str(exc)}, CORRELATION_UNRESOLVED
     deadline_at = activation["deadline_at"]
-    wait_id = waits.insert(tx, instance["id"], activation, step.document, step.contract, key, deadline_at)
+    hashed = routing.route_hash(instance["namespace_id"], step.contract["name"], step.contract["payload_version"], key)
+    wait_id = waits.insert(tx, instance["id"], activation, step.document, step.contract, key, deadline_at, hashed)
+    routing.take_parked(tx, instance, wait_id, activation["activation_sequence"], step.document, key, hashed)
     checkpoints.schedule_wait(tx, instance["id"], wait_id, tx.now())
     checkpoints.schedule_wait(tx, instance["id"], wait_id, deadline_at)
     return {"wait_id": str(wait_id)}, None
@@ -130,12 +132,17 @@ def proof_holds(signal: dict) -> bool:
     fields = {
         "name": signal["name"],
         "payload_version": signal["payload_version"],
-        "target_step_key": signal["target_step_key"],
-        "target_activation_sequence": signal["target_activation_sequence"],
         "correlation_key": signal["correlation"].decode("utf-8", "surrogateescape"),
         "reason": signal["reason"],
         "evidence_ref": signal["evidence_ref"],
     }
+    if signal["route_key"] is None:
+        fields["target_step_key"] = signal["target_step_key"]
+        fields["target_activation_sequence"] = signal["target_activation_sequence"]
+        digest = signal_rules.request_digest
+    else:  # sent by its business key (B1): its digest names no target
+        fields["park_seconds"] = signal["park_seconds"]
+        digest = signal_rules.route_digest
     try:
         payload = jsontext.loads(signal["payload"]) if signal["payload_present"] else signal_rules.ABSENT
     except jsontext.JsonRejected:
@@ -143,4 +150,4 @@ def proof_holds(signal: dict) -> bool:
     recorded = signal["recorded_digest"]
     if recorded is None or recorded != signal["request_digest"]:
         return False
-    return signal_rules.request_digest(fields, payload) == recorded
+    return digest(fields, payload) == recorded

@@ -292,9 +292,12 @@ def crowded(tenant, database):
         }
         tx.executemany(
             "INSERT INTO waits (instance_id, step_key, kind, name, payload_version, correlation, activation_id,"
-            " activation_sequence, status, deadline_at, created_at) VALUES (%s, 'payment', 'SIGNAL', 'paid', 'v1',"
-            " 'c', %s, 1, %s, %s, %s)",
-            [(i, activation[i, "payment"], "WAITING" if i in open_ else "SATISFIED", now, now) for i in instances_],
+            " activation_sequence, status, deadline_at, created_at, route_hash) VALUES (%s, 'payment', 'SIGNAL',"
+            " 'paid', 'v1', 'c', %s, 1, %s, %s, %s, %s)",
+            [
+                (i, activation[i, "payment"], "WAITING" if i in open_ else "SATISFIED", now, now, i % 97)
+                for i in instances_
+            ],
         )
         statuses = ("SUCCEEDED",) * 8 + ("QUEUED", "RUNNING")
         tx.executemany(
@@ -330,14 +333,24 @@ def crowded(tenant, database):
                 for n in range(SIGNALS_PER_INSTANCE)
             ],
         )
+        # facts sent by their business key (SPEC §14): parked ones of the namespace, one per key
+        tx.executemany(
+            "INSERT INTO signals (instance_id, namespace_id, route_key, route_hash, park_seconds, name,"
+            " payload_version, correlation, status, accepted_at, expires_at, available_at, created_at)"
+            " VALUES (NULL, %s, %s, %s, 60, 'paid', 'v1', 'c', %s, %s, %s, %s, %s)",
+            [
+                (namespace_id, f"r{n}", n, "PARKED" if n % 10 == 0 else "EXPIRED", now, now, now, now)
+                for n in range(INSTANCES * 2)
+            ],
+        )
         tx.execute(
             "INSERT INTO events (instance_id, seq, type, at, data)"
-            " SELECT instance_id, id, 'SIGNAL_ACCEPTED', accepted_at, '{}' FROM signals"
+            " SELECT instance_id, id, 'SIGNAL_ACCEPTED', accepted_at, '{}' FROM signals WHERE instance_id IS NOT NULL"
         )
         tx.execute(
             "INSERT INTO audit_records (namespace_id, instance_id, signal_id, actor, action, request_digest, at,"
-            " details) SELECT %s, instance_id, id, 'bot', 'signal.send', REPEAT('0', 64), accepted_at, '{}'"
-            " FROM signals",
+            " details) SELECT %s, instance_id, id, 'bot', IF(instance_id IS NULL, 'signal.park', 'signal.send'),"
+            " REPEAT('0', 64), accepted_at, '{}' FROM signals",
             (namespace_id,),
         )
         tx.executemany(
@@ -380,7 +393,7 @@ def crowded(tenant, database):
 def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
     """`module.NAME` -> (statement, parameters) of every statement on a hot path, with the ids of
     `crowded` rows (any ids will do to list the names)."""
-    from weave.sql import activations, audit, checkpoints, inbox, signals, tasks, timeline, waits
+    from weave.sql import activations, audit, checkpoints, inbox, routing, signals, tasks, timeline, waits
 
     now, instance, activation = ids["now"], ids["instance"], ids["activation"]
     task, signal, wait = ids["task"], ids["signal"], ids["wait"]
@@ -429,6 +442,8 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
             instances.UPDATE_INSTANCE_STATE,
             ("RUNNING", "OPEN", None, now, instance, "RUNNING", "OPEN"),
         ),
+        # extend_deadline (R4)
+        "instances.UPDATE_DEADLINE": (instances.UPDATE_DEADLINE, (now, now, instance, now)),
         "activations.SELECT_ACTIVATIONS": (activations.SELECT_ACTIVATIONS, (instance,)),
         "activations.LOCK_ACTIVATION": (activations.LOCK_ACTIVATION, (activation,)),
         "activations.SELECT_UNENDED_IDS": (activations.SELECT_UNENDED_IDS, (instance,)),
@@ -535,6 +550,13 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "sessions.SELECT_BEYOND_CAP": (sessions.SELECT_BEYOND_CAP, (1, 5, 100)),
         "sessions.DELETE_SESSIONS": (sessions.DELETE_SESSIONS, ((1, 2),)),
         "tenancy.SELECT_CREDENTIAL_OF_TOKEN": (tenancy.SELECT_CREDENTIAL_OF_TOKEN, (ids["token"],)),
+        # routing a fact by its business key (B1-B4): the route's reads, the take at a wait's opening
+        "routing.SELECT_BY_ROUTE_KEY": (routing.SELECT_BY_ROUTE_KEY, (ids["namespace"], "r10")),
+        "routing.SELECT_CANDIDATE_WAITS": (routing.SELECT_CANDIDATE_WAITS, (10, "paid", "v1", b"c", ids["namespace"])),
+        "routing.LOCK_PARKED": (routing.LOCK_PARKED, (ids["namespace"], 10, "paid", "v1", b"c")),
+        "routing.SELECT_STORED": (routing.SELECT_STORED, (instance,)),
+        "routing.TAKE_PARKED": (routing.TAKE_PARKED, (instance, "payment", 1, signal)),
+        "routing.REFUSE_PARKED": (routing.REFUSE_PARKED, ("SIGNAL_LIMIT_REACHED", now, signal)),
     }
     # Each scanner source's backoff after a failed try (K2): its lock and its record.
     for name, module in (("checkpoints", checkpoints), ("inbox", inbox), ("signals", signals)):
@@ -574,6 +596,9 @@ EXPECTED_KEYS = {
     "audit.SELECT_ACCEPTANCE_DIGEST": ("audit_records", "ix_audit_signal"),
     "sessions.SELECT_BEYOND_CAP": ("console_sessions", "ix_console_sessions_credential"),
     "tenancy.SELECT_CREDENTIAL_OF_TOKEN": ("credentials", "uq_credentials_token"),
+    "routing.SELECT_BY_ROUTE_KEY": ("s", "uq_signals_route"),
+    "routing.SELECT_CANDIDATE_WAITS": ("w", "ix_waits_route"),
+    "routing.LOCK_PARKED": ("s", "ix_signals_route"),
     "timeline.SIGNAL_IDS_AFTER": ("s", "uq_signals_idempotency"),
     "timeline.SIGNAL_IDS_BEFORE": ("s", "uq_signals_idempotency"),
     "timeline.SELECT_SIGNALS": ("s", "PRIMARY"),

@@ -42,6 +42,7 @@ SHIPPED = [
     "0014.console_session_limits",
     "0015.status_checks",
     "0016.deadline_checkpoints",
+    "0017.routing",
 ]
 
 

@@ -124,7 +124,7 @@ def test_every_body_taking_operation_documents_and_answers_400_invalid_json(clie
     }
     ids = {"namespace": "acme", "queue": "inventory", "workflow_id": "wf", "task_id": "1"}
     operations = list(body_operations(document))
-    assert len(operations) == 10
+    assert len(operations) == 11
     for path, method, operation in operations:
         answer = resolve(document, operation["responses"]["400"]["$ref"])
         assert "INVALID_JSON" in answer["content"]["application/problem+json"]["schema"]["properties"]["code"]["enum"]
@@ -284,6 +284,10 @@ def test_every_operation_of_a_real_flow_answers_as_documented(documented, tenant
 
     assert flow.send("wf-1", "early-miss", payment("o-2")).json["status"] == "REJECTED"
     assert flow.send("wf-1", "k-1", payment("o-1")).status_code == 201
+    routed = {k: v for k, v in payment("o-9").items() if not k.startswith("target_")}
+    by_key = {**flow.signaller, "Idempotency-Key": "r-1"}
+    assert c.simulate_post(f"{ns}/signals", json=routed, headers=by_key).json["route"] == "PARKED"  # B1
+    assert c.simulate_post(f"{ns}/signals", json=payment("o-9"), headers=by_key).status_code == 422
     assert flow.send("wf-1", "k-1", payment("o-1")).headers["Idempotent-Replayed"] == "true"
     assert flow.send("wf-1", "k-1", payment("o-1", reason="other")).status_code == 409
     assert flow.send("wf-1", "k-2", payment("o-1", payload={"amount": "x"})).status_code == 422

@@ -221,6 +221,13 @@ def _signal_call(w: World) -> Call:
     return Call({"workflow_id": workflow_id}, body, headers={"Idempotency-Key": w.unique("key")}, ok=201)
 
 
+def _route_call(w: World) -> Call:
+    """A fact by its business key (B1): no wait has its key, so it parks."""
+    body = payment(w.unique("o"), evidence_ref="psp:evt/1", payload={"amount": 12.5, "note": "n"})
+    body = {k: v for k, v in body.items() if not k.startswith("target_")}
+    return Call({}, body, headers={"Idempotency-Key": w.unique("key")}, ok=201)
+
+
 def _complete_call(outcome: str) -> Callable[[World], Call]:
     def make(w: World) -> Call:
         task = w.running_task()
@@ -305,6 +312,7 @@ CALLS: dict[tuple[str, str], list[Callable[[World], Call]]] = {
         )
     ],
     ("POST", f"{N}/workflows/{{workflow_id}}/signals"): [_signal_call],
+    ("POST", f"{N}/signals"): [_route_call],
     ("GET", f"{N}/workflows/{{workflow_id}}/signals"): [_signal_list_call],
     ("GET", f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}"): [_signal_read_call],
     ("POST", f"{N}/queues/{{queue}}/claim"): [_claim_call],
@@ -769,11 +777,24 @@ def read_back(w: World, op, call: Call, result) -> set[str]:
         row = w.database.read(lambda tx: tx.one("SELECT worker_id, result, error FROM tasks WHERE id = %s", (task_id,)))
         views.extend([row["worker_id"], *(json.loads(row[c]) for c in ("result", "error") if row[c] is not None)])
 
+    def fact_row(signal_id: str):
+        row = w.database.read(
+            lambda tx: tx.one(
+                "SELECT name, payload_version, correlation, payload, reason, evidence_ref, route_key"
+                " FROM signals WHERE id = %s",
+                (signal_id,),
+            )
+        )
+        views.extend([row["correlation"].decode(), json.loads(row["payload"])])
+        views.extend(row[c] for c in ("name", "payload_version", "reason", "evidence_ref", "route_key"))
+
     workflow_id = call.workflow_id
     if template.endswith("/definitions"):
         get(f"/definitions/{quote(result.json['name'], safe='')}/versions/{result.json['version']}")
     elif template.endswith("/workflows") and method == "POST":
         workflow_id = result.json["workflow_id"]
+    elif template.endswith("/signals") and method == "POST" and "workflow_id" not in call.params:
+        fact_row(result.json["signal_id"])  # a parked fact: its namespace-level read (B6) is to come
     elif template.endswith("/signals") and method == "POST":
         get(f"/workflows/{quote(call.params['workflow_id'], safe='')}/signals/{result.json['signal_id']}")
     elif template.endswith("/claim"):

@@ -44,6 +44,20 @@ def spec_statuses() -> dict[str, list[str]]:
     return found
 
 
+# Words that round 3 added after SPEC §1 was written: routing (§14) parks facts and refuses them
+# as ambiguous, expires them unrouted, and refuses one routed into a full instance (S1.6's code).
+ROUND_3 = {"signal": ["PARKED"], "disposition": ["AMBIGUOUS_CORRELATION", "EXPIRED_UNROUTED", "SIGNAL_LIMIT_REACHED"]}
+
+
+@pytest.mark.skipif(not SPEC.exists(), reason="shared/SPEC.md is not beside this checkout")
+def test_B2_B5_the_round_3_words_are_the_specs():
+    text = SPEC.read_text()
+    routing = text[text.index("## 14. Routing") : text.index("## 15.")]
+    for word in ROUND_3["signal"] + ROUND_3["disposition"][:2]:
+        assert f"`{word}`" in routing, word
+    assert "`SIGNAL_LIMIT_REACHED`" in text  # S1.6's refusal, as a disposition of a routed fact
+
+
 @pytest.mark.skipif(not SPEC.exists(), reason="shared/SPEC.md is not beside this checkout")
 def test_the_enums_spell_spec_section_1():
     spec = spec_statuses()
@@ -51,8 +65,8 @@ def test_the_enums_spell_spec_section_1():
     assert [str(s) for s in Gate] == spec["gate"]
     assert [str(s) for s in ActivationStatus] == spec["step activation"]
     assert [str(s) for s in WaitStatus] == spec["wait"]
-    assert [str(s) for s in SignalStatus] == spec["signal"]
-    assert [str(s) for s in Disposition] == spec["disposition"]
+    assert [str(s) for s in SignalStatus] == spec["signal"] + ROUND_3["signal"]
+    assert [str(s) for s in Disposition] == spec["disposition"] + ROUND_3["disposition"]
     assert [str(s) for s in TaskStatus] == spec["task"]
 
 

@@ -197,6 +197,7 @@ def test_every_request_schema_is_walked():
         "definition",
         "heartbeat",
         "review",
+        "route_signal",
         "signal",
         "start_workflow",
     ]

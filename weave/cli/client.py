@@ -11,6 +11,8 @@ These commands talk to a running Weave over HTTP with a token, never to the data
     weave workflow review ID --action extend_deadline --deadline-seconds S --reason TEXT
     weave signal send ID --step KEY --name NAME --payload-version V --correlation-key K
                          [--sequence N] [--payload JSON] [--evidence-ref REF] [--idempotency-key KEY] --reason TEXT
+    weave signal route --name NAME --payload-version V --correlation-key K [--park-seconds S]
+                         [--payload JSON] [--evidence-ref REF] [--idempotency-key KEY] --reason TEXT
     weave signal list ID [--status S]
     weave signal show ID SIGNAL_ID
 
@@ -341,27 +343,27 @@ def _print_workflow(workflow: sdk.Workflow, args) -> None:
 
 def signal_send(client: sdk.Client, args) -> None:
     receipt = client.send_signal(
-        args.workflow_id,
-        name=args.name,
-        payload_version=args.payload_version,
-        target_step_key=args.step,
-        target_activation_sequence=args.sequence,
-        correlation_key=args.correlation_key,
-        reason=args.reason,
-        payload=args.payload,
-        evidence_ref=args.evidence_ref,
-        idempotency_key=args.idempotency_key,
+        args.workflow_id, target_step_key=args.step, target_activation_sequence=args.sequence, **_fact(args)
     )
     if args.json:
         _print_json(receipt.raw)
         return
-    replayed = ", a replay of the first send" if receipt.replayed else ""
-    print(
-        f"signal {receipt.signal_id}: {_state(receipt)}, accepted {_time(receipt.accepted_at)}, "
-        f"idempotency key {receipt.idempotency_key}{replayed}"
-    )
+    print(f"signal {receipt.signal_id}: {_acceptance(receipt)}")
     if receipt.replayed:  # S1.7: the receipt is the first acceptance's, frozen; the signal has moved on since
         print(f"  that receipt is frozen at the first acceptance; the signal now: {_current_state(client, receipt)}")
+
+
+def _fact(args) -> dict[str, Any]:
+    """The arguments of `_fact_arguments`, as `send_signal` and `route_signal` take them."""
+    names = ("name", "payload_version", "correlation_key", "reason", "payload", "evidence_ref", "idempotency_key")
+    return {name: getattr(args, name) for name in names}
+
+
+def _acceptance(receipt: sdk.Receipt) -> str:
+    replayed = ", a replay of the first send" if receipt.replayed else ""
+    return (
+        f"{_state(receipt)}, accepted {_time(receipt.accepted_at)}, idempotency key {receipt.idempotency_key}{replayed}"
+    )
 
 
 def _state(signal: sdk.Receipt) -> str:
@@ -378,6 +380,24 @@ def _current_state(client: sdk.Client, receipt: sdk.Receipt) -> str:
         return "not readable with this token (reading needs workflows:read)"
     except sdk.WeaveError as exc:
         return f"could not be read ({exc.code}: {exc.detail})"
+
+
+def signal_route(client: sdk.Client, args) -> None:
+    """A fact by its business key (B1-B3): where it went."""
+    receipt = client.route_signal(park_seconds=args.park_seconds, **_fact(args))
+    if args.json:
+        _print_json(receipt.raw)
+        return
+    if receipt.route == "ROUTED":
+        where = (
+            f"routed to workflow {receipt.workflow_id}, step {receipt.target_step_key} "
+            f"(activation {receipt.target_activation_sequence})"
+        )
+    elif receipt.route == "PARKED":
+        where = f"parked until {_time(receipt.parked_until)}: the wait that opens for its key takes it"
+    else:
+        where = "not routed: more than one workflow waits for this key"
+    print(f"signal {receipt.signal_id}: {where}; {_acceptance(receipt)}")
 
 
 def signal_list(client: sdk.Client, args) -> None:
@@ -400,6 +420,17 @@ def signal_show(client: sdk.Client, args) -> None:
 
 
 # ---- parser ---------------------------------------------------------------------------------------
+
+
+def _fact_arguments(p: argparse.ArgumentParser) -> None:
+    """What `signal send` and `signal route` both send: the contract, the key, the fact and why."""
+    p.add_argument("--name", required=True, help="the contract's signal name")
+    p.add_argument("--payload-version", required=True)
+    p.add_argument("--correlation-key", required=True)
+    p.add_argument("--payload", type=json_argument, default=sdk.ABSENT, help="JSON or @file.json (absent if not given)")
+    p.add_argument("--evidence-ref", help="an opaque reference to the evidence")
+    p.add_argument("--idempotency-key", help="default: a new one for this command (retries inside it reuse it)")
+    p.add_argument("--reason", required=True, help="why (audited)")
 
 
 def remote_arguments() -> argparse.ArgumentParser:
@@ -463,15 +494,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p = actions.add_parser("send", parents=[remote], help="send a signal (safe to repeat with --idempotency-key)")
     p.add_argument("workflow_id")
     p.add_argument("--step", required=True, help="target step key")
-    p.add_argument("--name", required=True, help="the contract's signal name")
-    p.add_argument("--payload-version", required=True)
     p.add_argument("--sequence", type=_positive, default=1, help="target activation sequence (default 1)")
-    p.add_argument("--correlation-key", required=True)
-    p.add_argument("--payload", type=json_argument, default=sdk.ABSENT, help="JSON or @file.json (absent if not given)")
-    p.add_argument("--evidence-ref", help="an opaque reference to the evidence")
-    p.add_argument("--idempotency-key", help="default: a new one for this command (retries inside it reuse it)")
-    p.add_argument("--reason", required=True, help="why (audited)")
+    _fact_arguments(p)
     p.set_defaults(run=_command(signal_send))
+    p = actions.add_parser(
+        "route", parents=[remote], help="send a fact by its business key: Weave finds the workflow that waits for it"
+    )
+    p.add_argument("--park-seconds", type=_positive, help="how long it waits for its wait to open (default a day)")
+    _fact_arguments(p)
+    p.set_defaults(run=_command(signal_route))
     p = actions.add_parser("list", parents=[remote], help="a workflow's signals with their dispositions")
     p.add_argument("workflow_id")
     p.add_argument("--status", choices=SIGNAL_STATUSES)

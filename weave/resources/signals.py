@@ -1,4 +1,4 @@
-"""Send, read and list signals (S1.1-S1.12)."""
+"""Send, read and list signals (S1.1-S1.12); send a fact by its business key (docs/rules.md#routing, B1-B3)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from weave.http import (
     read_json,
     send_json,
 )
+from weave.rules import routing as routing_rules
 from weave.rules import signals as rules
-from weave.sql import signals
+from weave.sql import routing, signals
 from weave.views import signal_view
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x20-\x7e]{1,128}$")
@@ -29,6 +30,15 @@ PAGE_DEFAULT = 100
 PAGE_MAX = 1000
 SEND_OUTCOMES = metrics.Children(metrics.SIGNAL_REQUESTS)
 ACCEPTED = metrics.Children(metrics.SIGNALS_ACCEPTED)
+
+
+def idempotency_header(scope: str) -> tuple:
+    """The Idempotency-Key header as an operation documents it."""
+    return (
+        "Idempotency-Key",
+        f"1-128 printable ASCII; scoped to the {scope}",
+        {"type": "string", "pattern": IDEMPOTENCY_KEY.pattern},
+    )
 
 
 def _idempotency_key(req: falcon.Request) -> str:
@@ -42,7 +52,7 @@ def _idempotency_key(req: falcon.Request) -> str:
     return key
 
 
-def signal_request(key: str, body: dict) -> signals.SignalRequest:
+def signal_request(key: str, body: dict, digest=rules.request_digest) -> signals.SignalRequest:
     """The request as `sql.signals` takes it: exact payload text, correlation bytes, digest."""
     correlation = body["correlation_key"].encode("utf-8")
     if len(correlation) > CORRELATION_KEY_MAX_BYTES:
@@ -59,8 +69,48 @@ def signal_request(key: str, body: dict) -> signals.SignalRequest:
         payload=payload,
         payload_text=None if payload is rules.ABSENT else bounded_value_text(payload, "/payload"),
         correlation=correlation,
-        request_digest=rules.request_digest(fields, payload),
+        request_digest=digest(fields, payload),
     )
+
+
+def route_request(key: str, body: dict) -> signals.SignalRequest:
+    """A fact sent by its business key (B1), its `park_seconds` default written in: the digest
+    covers what the fact asks for, so an absent park_seconds and 86,400 are the same request."""
+    body = {**body, "park_seconds": body.get("park_seconds", routing_rules.PARK_SECONDS_DEFAULT)}
+    return signal_request(key, body, rules.route_digest)
+
+
+def take_quota(database, principal) -> None:
+    """S1.3: QUOTA_EXCEEDED (429, Retry-After) when the application's signals per minute are used up."""
+    if principal.signals_per_minute is not None:
+        wait = signals.take_quota(database, principal.application_id, principal.signals_per_minute)
+        if wait is not None:
+            raise WeaveError(
+                Code.QUOTA_EXCEEDED,
+                f"the application's quota of {principal.signals_per_minute} signals per minute is used up",
+                headers={"Retry-After": str(wait)},
+            )
+
+
+def answer_receipt(resp: falcon.Response, send) -> None:
+    """201 with the receipt `send()` returns (replays with Idempotent-Replayed), counted by outcome."""
+    try:
+        receipt = send()
+    except WeaveError as exc:
+        SEND_OUTCOMES(exc.code.name).inc()
+        raise
+    except Unavailable:
+        SEND_OUTCOMES(Code.UNAVAILABLE.name).inc()
+        raise
+    resp.status = 201
+    resp.content_type = "application/json"
+    resp.text = receipt.text
+    if receipt.replayed:
+        SEND_OUTCOMES("replayed").inc()
+        resp.set_header("Idempotent-Replayed", "true")
+    else:
+        SEND_OUTCOMES("accepted").inc()
+        ACCEPTED(receipt.status, receipt.disposition or "none").inc()
 
 
 class WorkflowSignals(Resource):
@@ -71,45 +121,15 @@ class WorkflowSignals(Resource):
         request="signal",
         response="signal_receipt",
         statuses=(201, 409, 422, 429),
-        headers=(
-            (
-                "Idempotency-Key",
-                "1-128 printable ASCII; scoped to the workflow",
-                {"type": "string", "pattern": IDEMPOTENCY_KEY.pattern},
-            ),
-        ),
+        headers=(idempotency_header("workflow"),),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
-        try:
-            receipt = self._send(req, workflow_id)
-        except WeaveError as exc:
-            SEND_OUTCOMES(exc.code.name).inc()
-            raise
-        except Unavailable:
-            SEND_OUTCOMES(Code.UNAVAILABLE.name).inc()
-            raise
-        resp.status = 201
-        resp.content_type = "application/json"
-        resp.text = receipt.text
-        if receipt.replayed:
-            SEND_OUTCOMES("replayed").inc()
-            resp.set_header("Idempotent-Replayed", "true")
-        else:
-            SEND_OUTCOMES("accepted").inc()
-            ACCEPTED(receipt.status, receipt.disposition or "none").inc()
+        answer_receipt(resp, lambda: self._send(req, workflow_id))
 
     def _send(self, req: falcon.Request, workflow_id: str) -> signals.Receipt:
         principal = req.context.principal
-        key = _idempotency_key(req)
-        request = signal_request(key, read_json(req, "signal", self.body_limit))
-        if principal.signals_per_minute is not None:
-            wait = signals.take_quota(self.database, principal.application_id, principal.signals_per_minute)
-            if wait is not None:
-                raise WeaveError(
-                    Code.QUOTA_EXCEEDED,
-                    f"the application's quota of {principal.signals_per_minute} signals per minute is used up",
-                    headers={"Retry-After": str(wait)},
-                )
+        request = signal_request(_idempotency_key(req), read_json(req, "signal", self.body_limit))
+        take_quota(self.database, principal)
         return signals.send_signal(self.database, principal, workflow_id, request)
 
     @operation(
@@ -153,3 +173,24 @@ class WorkflowSignal(Resource):
         principal = req.context.principal
         row = signals.get_signal(self.database, principal, workflow_id, signal_id)
         send_json(resp, 200, signal_view(row, workflow_id))
+
+
+class NamespaceSignals(Resource):
+    @operation(
+        "Send a fact by its business key (B1-B3): routed to the one wait for it, parked until one opens, "
+        "or refused as ambiguous; 201 with the frozen receipt and its route",
+        scopes=("workflows:signal",),
+        not_found=Code.NOT_FOUND,
+        request="route_signal",
+        response="routed_signal_receipt",
+        statuses=(201, 409, 422, 429),
+        headers=(idempotency_header("namespace"),),
+    )
+    def on_post(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
+        answer_receipt(resp, lambda: self._route(req))
+
+    def _route(self, req: falcon.Request) -> signals.Receipt:
+        principal = req.context.principal
+        request = route_request(_idempotency_key(req), read_json(req, "route_signal", self.body_limit))
+        take_quota(self.database, principal)
+        return routing.route_signal(self.database, principal, request)

@@ -64,17 +64,17 @@ def schema_problems(schema: Any, value: Any, prefix: str) -> list[Problem]:
 
 def request_digest(fields: dict, payload: Any) -> str:
     """SHA-256 over the canonical form of every signal field (S1.11); absent payload ≠ null payload."""
-    document = {
-        key: fields[key]
-        for key in (
-            "name",
-            "payload_version",
-            "target_step_key",
-            "target_activation_sequence",
-            "correlation_key",
-            "reason",
-        )
-    }
+    return _digest(fields, ("target_step_key", "target_activation_sequence"), payload)
+
+
+def route_digest(fields: dict, payload: Any) -> str:
+    """The same for a fact sent by its business key (B1): its fields name no target, and its
+    `park_seconds` (the default written in) is part of what was asked."""
+    return _digest(fields, ("park_seconds",), payload)
+
+
+def _digest(fields: dict, addressed_by: tuple[str, ...], payload: Any) -> str:
+    document = {key: fields[key] for key in ("name", "payload_version", *addressed_by, "correlation_key", "reason")}
     if fields.get("evidence_ref") is not None:
         document["evidence_ref"] = fields["evidence_ref"]
     if payload is not ABSENT:

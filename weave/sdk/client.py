@@ -237,21 +237,66 @@ class Client:
             "target_activation_sequence": target_activation_sequence,
             "correlation_key": correlation_key,
         }
+        return self._post_signal(
+            self._ns("workflows", workflow_id, "signals"),
+            models.Receipt,
+            body,
+            reason=reason,
+            payload=payload,
+            evidence_ref=evidence_ref,
+            idempotency_key=idempotency_key,
+        )
+
+    def route_signal(
+        self,
+        *,
+        name: str,
+        payload_version: str,
+        correlation_key: str,
+        reason: str,
+        payload: Any = ABSENT,
+        evidence_ref: str | None = None,
+        idempotency_key: str | None = None,
+        park_seconds: int | None = None,
+    ) -> models.RoutedReceipt:
+        """Send a fact by its business key (B1-B3): no workflow, step or activation. Weave
+        routes it to the one wait of this contract and correlation key (`receipt.route` ROUTED,
+        with `workflow_id`), parks it until such a wait opens, at most `park_seconds` (PARKED,
+        with `parked_until`), or refuses it when several wait (AMBIGUOUS). Payload, key and
+        retries as `send_signal`; the idempotency key is scoped to the namespace."""
+        body: dict[str, Any] = {"name": name, "payload_version": payload_version, "correlation_key": correlation_key}
+        if park_seconds is not None:
+            body["park_seconds"] = park_seconds
+        return self._post_signal(
+            self._ns("signals"),
+            models.RoutedReceipt,
+            body,
+            reason=reason,
+            payload=payload,
+            evidence_ref=evidence_ref,
+            idempotency_key=idempotency_key,
+        )
+
+    def _post_signal(
+        self,
+        path: str,
+        receipt_type: type,
+        body: dict[str, Any],
+        *,
+        reason: str,
+        payload: Any,
+        evidence_ref: str | None,
+        idempotency_key: str | None,
+    ):
+        """POST a signal body with one idempotency key for every retry; its receipt."""
         if payload is not ABSENT:
             body["payload"] = payload
         body["reason"] = reason
         if evidence_ref is not None:
             body["evidence_ref"] = evidence_ref
         key = idempotency_key if idempotency_key is not None else f"sdk-{uuid.uuid4().hex}"
-        answer = self._call(
-            "POST",
-            self._ns("workflows", workflow_id, "signals"),
-            body=body,
-            headers={"Idempotency-Key": key},
-            retry=True,
-            retry_quota=True,
-        )
-        receipt = _read(models.Receipt, answer)
+        answer = self._call("POST", path, body=body, headers={"Idempotency-Key": key}, retry=True, retry_quota=True)
+        receipt = _read(receipt_type, answer)
         receipt.replayed = (answer.headers.get("Idempotent-Replayed") or "").lower() == "true"
         return receipt
 

@@ -156,6 +156,17 @@ class Receipt:
 
 
 @dataclass
+class RoutedReceipt(Receipt):
+    """The receipt of a fact sent by its business key (B3): where it went (`route`: ROUTED,
+    PARKED or AMBIGUOUS), the target when routed, and until when it waits when parked."""
+
+    route: str | None = None
+    target_step_key: str | None = None
+    target_activation_sequence: int | None = None
+    parked_until: datetime | None = field(default=None, metadata=TIME)
+
+
+@dataclass
 class Signal(Receipt):
     """A signal's current state: the receipt's fields (current values) and what was sent."""
 
