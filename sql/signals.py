@@ -354,7 +354,7 @@ SIGNAL_COLUMNS = """
 s.id, s.name, s.payload_version, s.target_step_key, s.target_activation_sequence, s.correlation, s.payload,
 s.payload_present, s.reason, s.evidence_ref, s.actor, COALESCE(s.idempotency_key, s.route_key) AS idempotency_key,
 s.request_digest, s.status,
-s.disposition, s.accepted_at, s.expires_at, s.consumed_at
+s.disposition, s.accepted_at, s.expires_at, s.consumed_at, s.instance_id, s.route_key IS NOT NULL AS by_key
 """
 SELECT_SIGNAL = "SELECT " + SIGNAL_COLUMNS + " FROM signals s WHERE s.instance_id = %s AND s.id = %s"
 # One instance's signals (at most 1,024, S1.6) through the index its key leads, then sorted: the
@@ -386,6 +386,79 @@ def list_signals(
     if status is None:
         return tx.all(SELECT_SIGNAL_PAGE, (instance["id"], after, limit))
     return tx.all(SELECT_SIGNAL_PAGE_BY_STATUS, (instance["id"], status, after, limit))
+
+
+# ---- facts sent by their business key, read by the namespace (B6) ----------------------------------
+
+# One fact by its id, wherever it is now, with its instance (when routed) as `instances.require_grants` takes it.
+SELECT_FACT = (
+    "SELECT "
+    + SIGNAL_COLUMNS
+    + """, i.workflow_id, i.definition_id,
+       (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest
+FROM signals s LEFT JOIN instances i ON i.id = s.instance_id
+WHERE s.id = %s AND s.namespace_id = %s
+"""
+)
+
+
+@read_only
+def get_fact(tx: Tx, principal: Principal, signal_id: int) -> dict:
+    """A fact sent by its business key in the credential's namespace (B6), with its `workflow_id`
+    (None while it belongs to no instance). Parked, expired unrouted and refused facts are the
+    namespace's; a routed one is its instance's too, and needs that instance's grants (S1.1).
+    A signal sent to an instance by its id is not a fact of the namespace: SIGNAL_NOT_FOUND."""
+    row = tx.one(SELECT_FACT, (signal_id, principal.namespace_id))
+    if row is None:
+        raise WeaveError(Code.SIGNAL_NOT_FOUND, f"no fact sent by its business key has signal_id {signal_id} here")
+    if row["instance_id"] is not None:
+        instances.require_grants(tx, principal, row["workflow_id"], row)
+    return row
+
+
+# The facts of the namespace that belong to no instance, newest first from the cursor, through
+# `ix_signals_unrouted` (migration 0018): one status is a backward range of it; all three are three
+# such ranges of at most a page each, merged. Name and key filter the entries the ranges read.
+def _facts_of_status(status: str) -> str:
+    return f"""
+SELECT {SIGNAL_COLUMNS} FROM signals s FORCE INDEX (ix_signals_unrouted)
+WHERE s.namespace_id = %(namespace)s AND s.instance_id IS NULL AND s.status = {status} AND s.id < %(after)s
+  AND (%(name)s IS NULL OR s.name = %(name)s) AND (%(key)s IS NULL OR s.correlation = %(key)s)
+ORDER BY s.id DESC LIMIT %(limit)s
+"""
+
+
+UNROUTED_STATUSES = ("PARKED", "EXPIRED", "REJECTED")
+SELECT_FACT_PAGE = _facts_of_status("%(status)s")
+SELECT_FACT_PAGE_ALL = (
+    "SELECT * FROM ("
+    + " UNION ALL ".join(f"({_facts_of_status(repr(status))})" for status in UNROUTED_STATUSES)
+    + ") facts ORDER BY id DESC LIMIT %(limit)s"
+)
+
+
+@read_only
+def list_facts(
+    tx: Tx,
+    principal: Principal,
+    status: str | None,
+    name: str | None,
+    correlation: bytes | None,
+    before: int,
+    limit: int,
+) -> list[dict]:
+    """Up to `limit` facts of the credential's namespace that belong to no instance (B6: parked,
+    expired unrouted, refused), newest first, with ids below `before`: readable by any credential
+    of the namespace, as their single-fact read is."""
+    params = {
+        "namespace": principal.namespace_id,
+        "status": status,
+        "name": name,
+        "key": correlation,
+        "after": before,
+        "limit": limit,
+    }
+    return tx.all(SELECT_FACT_PAGE if status else SELECT_FACT_PAGE_ALL, params)
 
 
 # ---- consumption: the rows' side of the engine's decision (S2.2-S2.5, S2.8) -------------------------

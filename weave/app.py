@@ -9,7 +9,7 @@ from weave.config import Config
 from weave.console import pages as console
 from weave.db import Database
 from weave.http import Authenticate, BodyCap, Observe, RequestId
-from weave.resources import definitions, health, review, signals, tasks, workflows
+from weave.resources import definitions, health, review, signals, tasks, waiting, workflows
 from weave.resources.metrics import Metrics
 from weave.resources.openapi import OpenApiDocument
 
@@ -18,6 +18,7 @@ N = "/v1/namespaces/{namespace}"
 
 def routes(database: Database, config: Config, metrics_route: bool = True) -> list[tuple[str, object]]:
     limit = config.max_body_bytes
+    slots = waiting.WaitingClaims(config.max_waiting_claims)  # one cap for claims and signal reads (B6)
     return [
         ("/healthz", health.Health()),
         ("/readyz", health.Ready(database)),
@@ -33,9 +34,10 @@ def routes(database: Database, config: Config, metrics_route: bool = True) -> li
         ],
         (f"{N}/workflows/{{workflow_id}}/review", review.WorkflowReview(database, limit)),
         (f"{N}/signals", signals.NamespaceSignals(database, limit)),
+        (f"{N}/signals/{{signal_id}}", signals.NamespaceSignal(database, slots=slots)),
         (f"{N}/workflows/{{workflow_id}}/signals", signals.WorkflowSignals(database, limit)),
-        (f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}", signals.WorkflowSignal(database)),
-        (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit, config.max_waiting_claims)),
+        (f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}", signals.WorkflowSignal(database, slots=slots)),
+        (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit, slots)),
         (f"{N}/tasks/{{task_id}}/heartbeat", tasks.TaskHeartbeat(database, limit)),
         (f"{N}/tasks/{{task_id}}/complete", tasks.TaskComplete(database, limit)),
     ]

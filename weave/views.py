@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from weave import jsontext
 from weave.jsontext import Raw
+from weave.rules import routing
 from weave.sql.definitions import Definition
 from weave.sql.instances import WorkflowFacts
 from weave.sql.tasks import ClaimedTask
@@ -137,8 +138,10 @@ def _payload(row: dict):
     return Raw(row["payload"]) if row["payload"] is not None else None
 
 
-def signal_view(row: dict, workflow_id: str) -> dict:
-    """Current state of a signal: the receipt fields with current values, plus what was sent."""
+def signal_view(row: dict, workflow_id: str | None) -> dict:
+    """Current state of a signal: the receipt fields with current values, plus what was sent; a
+    fact sent by its business key adds where it is now (`route`, B6), by whichever read it is read.
+    `workflow_id` is None while the fact belongs to no instance."""
     view = {
         "signal_id": str(row["id"]),
         "workflow_id": workflow_id,
@@ -158,6 +161,8 @@ def signal_view(row: dict, workflow_id: str) -> dict:
         "actor": row["actor"],
         "consumed_at": rfc3339(row["consumed_at"]),
     }
+    if row["by_key"]:
+        view["route"] = routing.where(row["instance_id"] is not None, row["disposition"])
     if row["payload_present"]:
         view["payload"] = _payload(row)
     return view

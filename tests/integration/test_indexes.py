@@ -398,6 +398,7 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
     now, instance, activation = ids["now"], ids["instance"], ids["activation"]
     task, signal, wait = ids["task"], ids["signal"], ids["wait"]
     facts = {"instance": instance, "key": "k1", "step": "payment"}
+    fact_page = {"namespace": ids["namespace"], "after": 2**63 - 1, "name": None, "key": None, "limit": 101}
     statements = {
         # authentication, every request
         "tenancy.SELECT_CURRENT_CREDENTIAL": (tenancy.SELECT_CURRENT_CREDENTIAL, (ids["token"],)),
@@ -557,6 +558,10 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "routing.SELECT_STORED": (routing.SELECT_STORED, (instance,)),
         "routing.TAKE_PARKED": (routing.TAKE_PARKED, (instance, "payment", 1, signal)),
         "routing.REFUSE_PARKED": (routing.REFUSE_PARKED, ("SIGNAL_LIMIT_REACHED", now, signal)),
+        # B6: one fact by its id; the namespace's facts of no instance, one status or all three
+        "signals.SELECT_FACT": (signals.SELECT_FACT, (signal, ids["namespace"])),
+        "signals.SELECT_FACT_PAGE": (signals.SELECT_FACT_PAGE, fact_page | {"status": "PARKED"}),
+        "signals.SELECT_FACT_PAGE_ALL": (signals.SELECT_FACT_PAGE_ALL, fact_page),
     }
     # Each scanner source's backoff after a failed try (K2): its lock and its record.
     for name, module in (("checkpoints", checkpoints), ("inbox", inbox), ("signals", signals)):
@@ -599,6 +604,8 @@ EXPECTED_KEYS = {
     "routing.SELECT_BY_ROUTE_KEY": ("s", "uq_signals_route"),
     "routing.SELECT_CANDIDATE_WAITS": ("w", "ix_waits_route"),
     "routing.LOCK_PARKED": ("s", "ix_signals_route"),
+    "signals.SELECT_FACT_PAGE": ("s", "ix_signals_unrouted"),
+    "signals.SELECT_FACT_PAGE_ALL": ("s", "ix_signals_unrouted"),
     "timeline.SIGNAL_IDS_AFTER": ("s", "uq_signals_idempotency"),
     "timeline.SIGNAL_IDS_BEFORE": ("s", "uq_signals_idempotency"),
     "timeline.SELECT_SIGNALS": ("s", "PRIMARY"),
@@ -715,3 +722,20 @@ def test_D5_the_definitions_list_reads_the_index_of_the_pages_names_only(populat
         assert read_next <= (page + 1) * versions, read_next  # not the namespace's 1,600 entries
     one = explain(database, definitions.SELECT_NEWEST_VERSION_OF_NAME, (ns, "def-007", ""))
     assert keys_used(one) == {("definitions", "uq_definitions_name_version")}, one
+
+
+def test_B6_the_namespace_list_of_facts_reads_its_index_backwards_without_a_sort(crowded, database):
+    """GET {N}/signals: each status is a backward range of `ix_signals_unrouted` from the cursor,
+    in index order (no sort of the facts); all three statuses are three such ranges, of a page each,
+    merged (the merge sorts at most three pages, in a derived table)."""
+    page = {"namespace": crowded["namespace"], "after": 2**63 - 1, "name": None, "key": None, "limit": 101}
+    from weave.sql import signals
+
+    for sql, params, ranges in (
+        (signals.SELECT_FACT_PAGE, page | {"status": "EXPIRED"}, 1),
+        (signals.SELECT_FACT_PAGE_ALL, page, 3),
+    ):
+        reads = [row for row in explain(database, sql, params) if row["table"] == "s"]
+        assert len(reads) == ranges, reads
+        for row in reads:
+            assert row["key"] == "ix_signals_unrouted" and "filesort" not in (row["Extra"] or ""), row

@@ -191,25 +191,22 @@ def test_the_openapi_document_says_when_a_claim_answers_at_once(client):
 
 
 class Waiting:
-    """Counts the claims that have passed their first attempt and wait (`QueueClaim._wait` entered)."""
+    """Counts the requests that have passed their first look and wait (`waiting.look_until` entered)."""
 
     def __init__(self, monkeypatch):
-        import inspect
-
-        from weave.resources.tasks import QueueClaim
+        from weave.resources import waiting
 
         self.entered = 0
         self.changed = threading.Condition()
-        wait = QueueClaim._wait
-        static = isinstance(inspect.getattr_static(QueueClaim, "_wait"), staticmethod)
+        look_until = waiting.look_until
 
         def counting(*args, **kwargs):
             with self.changed:
                 self.entered += 1
                 self.changed.notify_all()
-            return wait(*args, **kwargs)
+            return look_until(*args, **kwargs)
 
-        monkeypatch.setattr(QueueClaim, "_wait", staticmethod(counting) if static else counting)
+        monkeypatch.setattr(waiting, "look_until", counting)
 
     def until(self, entered: int, or_else=lambda: False) -> None:
         """Until `entered` claims wait, or `or_else()` (checked every 0.1 s)."""
@@ -317,7 +314,7 @@ def test_the_waiting_claims_of_one_application_leave_room_for_another(config, da
 def test_waiting_claims_end_the_oldest_claim_of_the_application_with_the_most_and_clean_up():
     from contextlib import ExitStack
 
-    from weave.resources.tasks import WaitingClaims
+    from weave.resources.waiting import WaitingClaims
 
     slots = WaitingClaims(2)
     with ExitStack() as held:

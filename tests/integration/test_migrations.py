@@ -43,6 +43,7 @@ SHIPPED = [
     "0015.status_checks",
     "0016.deadline_checkpoints",
     "0017.routing",
+    "0018.unrouted_facts",
 ]
 
 

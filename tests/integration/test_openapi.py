@@ -286,7 +286,13 @@ def test_every_operation_of_a_real_flow_answers_as_documented(documented, tenant
     assert flow.send("wf-1", "k-1", payment("o-1")).status_code == 201
     routed = {k: v for k, v in payment("o-9").items() if not k.startswith("target_")}
     by_key = {**flow.signaller, "Idempotency-Key": "r-1"}
-    assert c.simulate_post(f"{ns}/signals", json=routed, headers=by_key).json["route"] == "PARKED"  # B1
+    parked = c.simulate_post(f"{ns}/signals", json=routed, headers=by_key).json
+    assert parked["route"] == "PARKED"  # B1
+    fact = c.simulate_get(f"{ns}/signals/{parked['signal_id']}", query_string="wait_seconds=0", headers=everything)
+    assert fact.json["route"] == "PARKED"  # B6
+    assert c.simulate_get(f"{ns}/signals/999999", headers=everything).status_code == 404
+    assert c.simulate_get(f"{ns}/signals", query_string="status=PARKED&limit=1", headers=everything).status_code == 200
+    assert c.simulate_get(f"{ns}/signals", query_string="status=LOST", headers=everything).status_code == 422
     assert c.simulate_post(f"{ns}/signals", json=payment("o-9"), headers=by_key).status_code == 422
     assert flow.send("wf-1", "k-1", payment("o-1")).headers["Idempotent-Replayed"] == "true"
     assert flow.send("wf-1", "k-1", payment("o-1", reason="other")).status_code == 409

@@ -1,8 +1,11 @@
-"""B7: `Client.route_signal` and `weave signal route`, against a real server."""
+"""B7: `Client.route_signal`, `get_routed_signal`, `wait_seconds`, `weave signal route` and `weave signal
+show SIGNAL_ID`, against a real server."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -53,3 +56,65 @@ def test_B7_weave_signal_route_names_where_the_fact_went(order, flow, capsys):  
     with pytest.raises(SystemExit) as refused:  # argparse: a positive number
         run(capsys, "signal", "route", *FACT, "--correlation-key", "o-1", "--park-seconds", "0")
     assert refused.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
+
+
+def test_B7_get_routed_signal_reads_the_fact_wherever_it_is_and_waits_for_its_fate(ops, flow):  # noqa: F811
+    ops.publish_definition(signal_flow_definition())
+    ops.start_workflow("flow", 1, {"order_id": "o-1"}, 3600, workflow_id="order-1")
+    receipt = ops.route_signal(
+        name="payment.settled", payload_version="v1", correlation_key="o-1", reason="PSP", payload={"amount": 5}
+    )
+    parked = ops.get_routed_signal(receipt.signal_id)
+    assert (parked.route, parked.status, parked.workflow_id, parked.payload) == (
+        "PARKED",
+        "PARKED",
+        None,
+        {"amount": 5},
+    )
+    started = time.monotonic()
+    assert ops.get_routed_signal(receipt.signal_id, wait_seconds=1).status == "PARKED"  # the time passed
+    assert time.monotonic() - started >= 0.9
+    assert [s.signal_id for s in ops.list_unrouted_signals(status="PARKED", correlation_key="o-1")] == [
+        receipt.signal_id
+    ]
+    flow.scan()
+    answers: dict = {}
+    waiting = threading.Thread(target=lambda: answers.update(fact=ops.get_routed_signal(receipt.signal_id, 10)))
+    waiting.start()
+    flow.finish_task({"reservation_id": "r-1"})  # the payment wait opens, takes the fact, consumes it
+    waiting.join(15)
+    fate = answers["fact"]
+    assert (fate.route, fate.status, fate.workflow_id, fate.target_step_key) == (
+        "ROUTED",
+        "CONSUMED",
+        "order-1",
+        "payment",
+    )
+    same = ops.get_signal("order-1", receipt.signal_id, wait_seconds=5)  # settled: answered at once
+    assert same.raw == fate.raw and same.route == "ROUTED"
+    assert list(ops.list_unrouted_signals()) == []
+
+
+def test_B7_weave_signal_show_with_a_signal_id_alone_reads_the_routed_fact(order, flow, capsys):  # noqa: F811
+    code, out, _ = run(capsys, "signal", "route", *FACT, "--correlation-key", "o-9", "--json")
+    parked_id = json.loads(out)["signal_id"]
+    code, out, err = run(capsys, "signal", "show", parked_id)
+    assert (code, err) == (0, "") and "PARKED" in out and "route" in out
+    code, out, _ = run(capsys, "signal", "show", parked_id, "--json", "--wait-seconds", "1")
+    assert code == 0 and (json.loads(out)["route"], json.loads(out)["workflow_id"]) == ("PARKED", None)
+    code, out, err = run(
+        capsys, "signal", "route", *FACT, "--correlation-key", "o-1", "--payload", '{"amount": 1}', "--json"
+    )
+    assert code == 0, err
+    routed_id = json.loads(out)["signal_id"]
+    flow.scan()
+    code, out, _ = run(capsys, "signal", "show", routed_id, "--json")
+    shown = json.loads(out)
+    assert (shown["route"], shown["status"], shown["workflow_id"]) == ("ROUTED", "CONSUMED", "order-1")
+    code, out, _ = run(capsys, "signal", "show", "order-1", routed_id, "--json")
+    assert json.loads(out) == shown
+    code, _, err = run(capsys, "signal", "show", "999999")
+    assert code == 1 and "SIGNAL_NOT_FOUND" in err
+    with pytest.raises(SystemExit) as refused:
+        run(capsys, "signal", "show", parked_id, "--wait-seconds", "21")
+    assert refused.value.code == 2 and "from 0 to 20" in capsys.readouterr().err

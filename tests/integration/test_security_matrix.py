@@ -243,7 +243,25 @@ def _complete_call(outcome: str) -> Callable[[World], Call]:
 
 def _signal_read_call(w: World) -> Call:
     workflow_id, signal_id = w.signalled()
-    return Call({"workflow_id": workflow_id, "signal_id": signal_id}, workflow_id=workflow_id)
+    return Call(
+        {"workflow_id": workflow_id, "signal_id": signal_id}, query={"wait_seconds": "0"}, workflow_id=workflow_id
+    )
+
+
+def _parked(w: World) -> dict:
+    """A fact sent by its business key that no wait has (B2): PARKED."""
+    call = _route_call(w)
+    return w.post("acme", "/signals", call.body, {**w.everything, **call.headers})
+
+
+def _fact_read_call(w: World) -> Call:
+    return Call({"signal_id": _parked(w)["signal_id"]}, query={"wait_seconds": "0"})
+
+
+def _fact_list_call(w: World) -> Call:
+    _parked(w)
+    query = {"status": "PARKED", "name": "payment.settled", "correlation_key": "o-1", "after": "0", "limit": "10"}
+    return Call({}, query=query)
 
 
 def _signal_list_call(w: World) -> Call:
@@ -315,6 +333,8 @@ CALLS: dict[tuple[str, str], list[Callable[[World], Call]]] = {
     ("POST", f"{N}/signals"): [_route_call],
     ("GET", f"{N}/workflows/{{workflow_id}}/signals"): [_signal_list_call],
     ("GET", f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}"): [_signal_read_call],
+    ("GET", f"{N}/signals"): [_fact_list_call],
+    ("GET", f"{N}/signals/{{signal_id}}"): [_fact_read_call],
     ("POST", f"{N}/queues/{{queue}}/claim"): [_claim_call],
     ("POST", f"{N}/tasks/{{task_id}}/heartbeat"): [_heartbeat_call],
     ("POST", f"{N}/tasks/{{task_id}}/complete"): [_complete_call("SUCCEEDED"), _complete_call("FAILED")],
@@ -777,24 +797,13 @@ def read_back(w: World, op, call: Call, result) -> set[str]:
         row = w.database.read(lambda tx: tx.one("SELECT worker_id, result, error FROM tasks WHERE id = %s", (task_id,)))
         views.extend([row["worker_id"], *(json.loads(row[c]) for c in ("result", "error") if row[c] is not None)])
 
-    def fact_row(signal_id: str):
-        row = w.database.read(
-            lambda tx: tx.one(
-                "SELECT name, payload_version, correlation, payload, reason, evidence_ref, route_key"
-                " FROM signals WHERE id = %s",
-                (signal_id,),
-            )
-        )
-        views.extend([row["correlation"].decode(), json.loads(row["payload"])])
-        views.extend(row[c] for c in ("name", "payload_version", "reason", "evidence_ref", "route_key"))
-
     workflow_id = call.workflow_id
     if template.endswith("/definitions"):
         get(f"/definitions/{quote(result.json['name'], safe='')}/versions/{result.json['version']}")
     elif template.endswith("/workflows") and method == "POST":
         workflow_id = result.json["workflow_id"]
     elif template.endswith("/signals") and method == "POST" and "workflow_id" not in call.params:
-        fact_row(result.json["signal_id"])  # a parked fact: its namespace-level read (B6) is to come
+        get(f"/signals/{result.json['signal_id']}")  # a parked fact: its namespace-level read (B6)
     elif template.endswith("/signals") and method == "POST":
         get(f"/workflows/{quote(call.params['workflow_id'], safe='')}/signals/{result.json['signal_id']}")
     elif template.endswith("/claim"):

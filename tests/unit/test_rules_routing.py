@@ -40,3 +40,19 @@ def test_B2_one_candidate_routes_none_parks_several_are_ambiguous(candidates, ro
 )
 def test_B4_a_parked_fact_is_taken_only_for_a_sender_who_could_send_it_there_now(changes, problems, refusal):
     assert routing.refusal(sender(**changes), QUEUES, problems, NOW) == refusal
+
+
+@pytest.mark.parametrize(
+    "in_instance, disposition, where",
+    [
+        (True, None, "ROUTED"),  # routed at once, or a parked fact a wait took
+        (True, "LATE", "ROUTED"),  # turned down by its instance: still there
+        (True, "EXPIRED_UNMATCHED", "ROUTED"),
+        (False, "SIGNAL_LIMIT_REACHED", "ROUTED"),  # refused by the instance it was routed to
+        (False, "AMBIGUOUS_CORRELATION", "AMBIGUOUS"),
+        (False, None, "PARKED"),
+        (False, "EXPIRED_UNROUTED", "PARKED"),  # no wait took it in time
+    ],
+)
+def test_B6_where_a_fact_is_now(in_instance, disposition, where):
+    assert routing.where(in_instance, disposition) == where

@@ -14,7 +14,7 @@ These commands talk to a running Weave over HTTP with a token, never to the data
     weave signal route --name NAME --payload-version V --correlation-key K [--park-seconds S]
                          [--payload JSON] [--evidence-ref REF] [--idempotency-key KEY] --reason TEXT
     weave signal list ID [--status S]
-    weave signal show ID SIGNAL_ID
+    weave signal show [ID] SIGNAL_ID [--wait-seconds S]   without ID: a fact sent by `route`, wherever it is
 
 The server, token and namespace come from `--url`/`WEAVE_URL` (default http://127.0.0.1:8080),
 `--token`/`WEAVE_TOKEN` and `--namespace`/`WEAVE_NAMESPACE`. A JSON argument is given inline or
@@ -37,6 +37,7 @@ from typing import Any, Callable
 from weave import sdk
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+WAIT_SECONDS_MAX = 20  # the longest a signal read waits for its signal to settle (B6)
 JSON_CELL_MAX_CHARS = 60  # results, inputs, a value of event data: the first characters say enough
 # `workflow events` shows every member of an event's data, wrapped at this width: these first, as
 # they say what was decided and why (a POLL decision and its rule, a task's outcome).
@@ -82,6 +83,12 @@ def json_argument(text: str) -> Any:
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: must be a positive integer")
+    return int(text)
+
+
+def _wait_seconds(text: str) -> int:
+    if not text.isdigit() or int(text) > WAIT_SECONDS_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number of seconds from 0 to {WAIT_SECONDS_MAX}")
     return int(text)
 
 
@@ -409,7 +416,12 @@ def signal_list(client: sdk.Client, args) -> None:
 
 
 def signal_show(client: sdk.Client, args) -> None:
-    signal = client.get_signal(args.workflow_id, args.signal_id)
+    """A signal of a workflow (`show ID SIGNAL_ID`), or a fact sent by its business key wherever
+    it is now (`show SIGNAL_ID`: parked, routed, expired or refused, B6)."""
+    if args.signal_id is None:
+        signal = client.get_routed_signal(args.workflow_id, wait_seconds=args.wait_seconds)
+    else:
+        signal = client.get_signal(args.workflow_id, args.signal_id, wait_seconds=args.wait_seconds)
     if args.json:
         _print_json(signal.raw)
         return
@@ -507,7 +519,18 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("workflow_id")
     p.add_argument("--status", choices=SIGNAL_STATUSES)
     p.set_defaults(run=_command(signal_list))
-    p = actions.add_parser("show", parents=[remote], help="a signal's current state")
-    p.add_argument("workflow_id")
-    p.add_argument("signal_id")
+    p = actions.add_parser(
+        "show",
+        parents=[remote],
+        help="a signal's current state; with a signal id alone, a fact sent by `route`, wherever it is",
+        usage="%(prog)s [-h] [ID] SIGNAL_ID [--wait-seconds S] ...",
+    )
+    p.add_argument("workflow_id", metavar="ID", help="the workflow; left out for a fact sent by `route`")
+    p.add_argument("signal_id", metavar="SIGNAL_ID", nargs="?")
+    p.add_argument(
+        "--wait-seconds",
+        type=_wait_seconds,
+        default=0,
+        help="wait up to this long (0-20) for a PENDING or PARKED signal to settle",
+    )
     p.set_defaults(run=_command(signal_show))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import time
+from urllib.parse import parse_qsl
 
 import falcon
 
@@ -18,6 +20,7 @@ from weave.http import (
     read_json,
     send_json,
 )
+from weave.resources import waiting
 from weave.rules import routing as routing_rules
 from weave.rules import signals as rules
 from weave.sql import routing, signals
@@ -50,6 +53,16 @@ def _idempotency_key(req: falcon.Request) -> str:
             [{"pointer": "header:Idempotency-Key", "message": "1-128 printable ASCII characters"}],
         )
     return key
+
+
+SIGNAL_NAME = re.compile(r"[\x21-\x7e]{1,128}")  # a contract's signal name (schemas/definition.json)
+
+
+def _fits_correlation(text: str) -> bool:
+    try:
+        return len(text.encode("utf-8")) <= CORRELATION_KEY_MAX_BYTES
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 text, so no key of any fact
+        return False
 
 
 def signal_request(key: str, body: dict, digest=rules.request_digest) -> signals.SignalRequest:
@@ -160,19 +173,82 @@ class WorkflowSignals(Resource):
         )
 
 
-class WorkflowSignal(Resource):
+WAIT_SECONDS_MAX = 20
+WAIT_SECONDS = ("wait_seconds", f"0..{WAIT_SECONDS_MAX}: answer once the signal is no longer PENDING or PARKED (B6)")
+WAITED_STATUSES = (rules.PENDING, "PARKED")  # a signal in these may still change: a read may wait it out
+WAIT_DESCRIPTION = (
+    "With `wait_seconds`, a signal still PENDING or PARKED is read again (no transaction or connection"
+    " is held in between) until it is not, or until the seconds have passed: the answer is its state"
+    " then. Such a read counts against the process's cap of waiting claims (`weave serve"
+    " --max-waiting-claims`); at the cap it answers at once with the state it read (docs/decisions.md)."
+)
+
+
+class SignalRead(Resource):
+    """A read of one signal's current state that may wait for it to settle (B6)."""
+
+    def __init__(self, database, *, slots: waiting.WaitingClaims):
+        super().__init__(database)
+        self.slots = slots
+
+    def answer(self, req: falcon.Request, resp: falcon.Response, read) -> None:
+        """200 with the signal `read()` returns, looked at again while it is PENDING or PARKED, up
+        to `?wait_seconds`, in a waiting slot; at the cap, or when the slot goes to another
+        application's request, what was last read."""
+        wait_seconds = query_int(req, "wait_seconds", 0, 0, WAIT_SECONDS_MAX)
+        row = read()
+        if row["status"] in WAITED_STATUSES and wait_seconds:
+            deadline = time.monotonic() + wait_seconds
+            with self.slots.slot(req.context.principal.application_id) as ended:
+                if ended is not None:
+                    settled = waiting.look_until(
+                        read, lambda seen: seen["status"] not in WAITED_STATUSES, deadline, ended
+                    )
+                    row = settled or read()
+        send_json(resp, 200, signal_view(row, row["workflow_id"]))
+
+
+class WorkflowSignal(SignalRead):
     @operation(
         "Read a signal's current state",
+        description=WAIT_DESCRIPTION,
         scopes=("workflows:read",),
         not_found=Code.WORKFLOW_NOT_FOUND,
         response="signal_state",
+        query=(WAIT_SECONDS,),
     )
     def on_get(
         self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str, signal_id: int
     ) -> None:
         principal = req.context.principal
-        row = signals.get_signal(self.database, principal, workflow_id, signal_id)
-        send_json(resp, 200, signal_view(row, workflow_id))
+        self.answer(
+            req,
+            resp,
+            lambda: {
+                **signals.get_signal(self.database, principal, workflow_id, signal_id),
+                "workflow_id": workflow_id,
+            },
+        )
+
+
+class NamespaceSignal(SignalRead):
+    @operation(
+        "Read a fact sent by its business key, wherever it is now (B6): parked, routed, expired or refused",
+        description=(
+            "Parked, expired unrouted and refused facts are readable by any credential of the namespace"
+            " with `workflows:read`; a routed one also needs a grant for every queue of its instance's"
+            " definition, as the instance's own signal reads do. The body is that of"
+            " `GET /workflows/{workflow_id}/signals/{signal_id}` for the same signal, with `route`;"
+            " `workflow_id` is null while the fact belongs to no instance. " + WAIT_DESCRIPTION
+        ),
+        scopes=("workflows:read",),
+        not_found=Code.SIGNAL_NOT_FOUND,
+        response="signal_state",
+        query=(WAIT_SECONDS,),
+    )
+    def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, signal_id: int) -> None:
+        principal = req.context.principal
+        self.answer(req, resp, lambda: signals.get_fact(self.database, principal, signal_id))
 
 
 class NamespaceSignals(Resource):
@@ -194,3 +270,48 @@ class NamespaceSignals(Resource):
         request = route_request(_idempotency_key(req), read_json(req, "route_signal", self.body_limit))
         take_quota(self.database, principal)
         return routing.route_signal(self.database, principal, request)
+
+    @operation(
+        "List the namespace's facts that belong to no instance (B6): parked, expired unrouted, refused; newest first",
+        description=(
+            "Facts sent by their business key that no wait has taken: PARKED (a wait that opens in time"
+            " takes it), EXPIRED (EXPIRED_UNROUTED) or REJECTED (AMBIGUOUS_CORRELATION, or"
+            " SIGNAL_LIMIT_REACHED). A routed fact is read with its instance's signals. Readable by any"
+            " credential of the namespace with `workflows:read`."
+        ),
+        scopes=("workflows:read",),
+        not_found=Code.NOT_FOUND,
+        response="signal_page",
+        query=(
+            ("status", f"one of {', '.join(signals.UNROUTED_STATUSES)}"),
+            ("name", "the contract's signal name"),
+            ("correlation_key", "the exact correlation key"),
+            ("after", "signal_id to continue after (the page's next_after)"),
+            ("limit", f"page size 1..{PAGE_MAX} (default {PAGE_DEFAULT})"),
+        ),
+    )
+    def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
+        principal = req.context.principal
+        status = query_text(
+            req, "status", signals.UNROUTED_STATUSES.__contains__, f"one of {', '.join(signals.UNROUTED_STATUSES)}"
+        )
+        name = query_text(req, "name", SIGNAL_NAME.fullmatch, "1-128 visible ASCII characters, as a contract's name")
+        # Read from the raw query string: bytes that are not UTF-8 are refused, not replaced by U+FFFD.
+        raw = dict(parse_qsl(req.query_string, keep_blank_values=True, errors="surrogateescape"))
+        exact = raw.get("correlation_key", "")
+        key = query_text(
+            req, "correlation_key", lambda _: _fits_correlation(exact), f"1-{CORRELATION_KEY_MAX_BYTES} bytes of UTF-8"
+        )
+        after = query_int(req, "after", 2**63 - 1, 0, 2**63 - 1)
+        limit = query_int(req, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
+        correlation = exact.encode("utf-8") if key is not None else None
+        rows = signals.list_facts(self.database, principal, status, name, correlation, after, limit + 1)
+        page = rows[:limit]
+        send_json(
+            resp,
+            200,
+            {
+                "signals": [signal_view(row, None) for row in page],
+                "next_after": str(page[-1]["id"]) if len(rows) > limit else None,
+            },
+        )

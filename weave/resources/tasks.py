@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import itertools
 import random
-import threading
 import time
-from collections import deque
-from contextlib import contextmanager
 
 import falcon
 
 from weave import metrics
 from weave.errors import Code, WeaveError
 from weave.http import Resource, bounded_value_text, operation, read_json, send_json
-from weave.rules import long_poll
+from weave.resources import waiting
 from weave.sql import tasks
 from weave.times import rfc3339
 from weave.views import claimed_task_view
 
-# Long-poll: look again after these pauses (the last one repeats) until wait_seconds have passed.
-# No transaction and no connection is held while waiting, only the server thread.
-LONG_POLL_PAUSES = (0.05, 0.1, 0.2, 0.25)
 # A claim that would wait while the process has its cap of waiting claims answers 204 at once with
 # Retry-After: a random 1 s up to its own wait_seconds, at most this (docs/decisions.md, Pulse).
 RETRY_AFTER_MAX_SECONDS = 5
@@ -40,48 +33,6 @@ def _counting_lost_leases(operation: str, call, *args):
         raise
 
 
-class WaitingClaims:
-    """The process's slots for waiting claims, shared between applications (issue 26, item 7).
-
-    Waiting claims hold server threads: at most `capacity` at once, so that long-polls never take
-    the threads every other request needs, and shared by `weave.rules.long_poll`: a claim admitted
-    by ending another application's waiting claim sets that claim's event, and the claim ends at
-    once (its thread may first finish the look it is in: a few milliseconds over the cap)."""
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self._lock = threading.Lock()
-        self._waiting: dict[int, deque[threading.Event]] = {}  # application -> its claims' events, oldest first
-
-    @contextmanager
-    def slot(self, application_id: int):
-        """A slot for one waiting claim of the application, as an event that is set when the claim
-        must end to make room; None when there is none (the claim answers at once)."""
-        with self._lock:
-            counts = {application: len(claims) for application, claims in self._waiting.items()}
-            admission = long_poll.admit(counts, application_id, self.capacity)
-            if admission.decision == long_poll.TURN_AWAY:
-                event = None
-            else:
-                if admission.ends is not None:
-                    # Its oldest claim: the nearest to the end of its own wait.
-                    self._waiting[admission.ends].popleft().set()
-                    if not self._waiting[admission.ends]:
-                        del self._waiting[admission.ends]
-                event = threading.Event()
-                self._waiting.setdefault(application_id, deque()).append(event)
-        try:
-            yield event
-        finally:
-            if event is not None:
-                with self._lock:  # an event is set under this lock, as its claim is taken off
-                    if not event.is_set():
-                        claims = self._waiting[application_id]
-                        claims.remove(event)
-                        if not claims:
-                            del self._waiting[application_id]
-
-
 def _retry_after(wait_seconds: int) -> str:
     """Random, so that workers turned away together do not come back as one herd; no later than the
     wait they asked for, so each polls about as often as it meant to."""
@@ -89,9 +40,9 @@ def _retry_after(wait_seconds: int) -> str:
 
 
 class QueueClaim(Resource):
-    def __init__(self, database, body_limit: int, max_waiting: int):
+    def __init__(self, database, body_limit: int, slots: waiting.WaitingClaims):
         super().__init__(database, body_limit)
-        self.waiting = WaitingClaims(max_waiting)
+        self.waiting = slots
 
     @operation(
         "Claim the oldest available task of a queue (200), or nothing (204); long-polls up to 20 s",
@@ -140,7 +91,7 @@ class QueueClaim(Resource):
                     CLAIMS("turned_away").inc()
                     resp.status = 204
                     return
-                claimed = self._wait(claim, deadline, ended)
+                claimed = waiting.look_until(lambda: claim(True), lambda task: task is not None, deadline, ended)
                 if claimed is None and ended.is_set():
                     resp.set_header("Retry-After", _retry_after(wait_seconds))
                     CLAIMS("made_room").inc()
@@ -152,18 +103,6 @@ class QueueClaim(Resource):
             return
         CLAIMS("claimed").inc()
         send_json(resp, 200, claimed_task_view(claimed))
-
-    @staticmethod
-    def _wait(claim, deadline: float, ended: threading.Event):
-        """Look again after each pause until a task is claimed, the deadline has passed, or `ended`
-        is set (the slot went to another application's claim)."""
-        for pause in itertools.chain(LONG_POLL_PAUSES, itertools.repeat(LONG_POLL_PAUSES[-1])):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or ended.wait(min(pause, remaining)):
-                return None
-            claimed = claim(True)
-            if claimed is not None:
-                return claimed
 
 
 class TaskHeartbeat(Resource):

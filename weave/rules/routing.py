@@ -26,6 +26,15 @@ def route(candidates: int) -> str:
     return PARKED if candidates == 0 else AMBIGUOUS
 
 
+def where(in_instance: bool, disposition: str | None) -> str:
+    """B6: where a fact sent by its business key is now, as its reads show it (`route`): ROUTED
+    once it belongs to an instance (or was refused by the one it was routed to, which held its
+    1,024 signals), AMBIGUOUS when several waits matched, else PARKED (parked, or expired unrouted)."""
+    if in_instance or disposition == "SIGNAL_LIMIT_REACHED":
+        return ROUTED
+    return AMBIGUOUS if disposition == "AMBIGUOUS_CORRELATION" else PARKED
+
+
 @dataclass(frozen=True)
 class Sender:
     """The credential of a parked fact as it is now (B4), read in the taking transaction."""

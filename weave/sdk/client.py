@@ -300,9 +300,37 @@ class Client:
         receipt.replayed = (answer.headers.get("Idempotent-Replayed") or "").lower() == "true"
         return receipt
 
-    def get_signal(self, workflow_id: str, signal_id: str) -> models.Signal:
-        answer = self._call("GET", self._ns("workflows", workflow_id, "signals", str(signal_id)), retry=True)
+    def get_signal(self, workflow_id: str, signal_id: str, wait_seconds: int = 0) -> models.Signal:
+        """A workflow's signal as it is now; with `wait_seconds` (≤ 20), once it is no longer
+        PENDING, or after that long with its state then (B6)."""
+        return self._read_signal(self._ns("workflows", workflow_id, "signals", str(signal_id)), wait_seconds)
+
+    def get_routed_signal(self, signal_id: str, wait_seconds: int = 0) -> models.Signal:
+        """A fact sent with `route_signal`, wherever it is now (B6): `route` says where (ROUTED,
+        with its `workflow_id`; PARKED; AMBIGUOUS), `status` its fate. With `wait_seconds`
+        (≤ 20), once it is no longer PENDING or PARKED, or after that long with its state then.
+        A server with its cap of waiting reads answers at once: look at `status` again."""
+        return self._read_signal(self._ns("signals", str(signal_id)), wait_seconds)
+
+    def _read_signal(self, path: str, wait_seconds: int) -> models.Signal:
+        if wait_seconds:
+            path += f"?{urlencode({'wait_seconds': wait_seconds})}"
+        answer = self._call("GET", path, retry=True, timeout=self.timeout + wait_seconds)
         return _read(models.Signal, answer)
+
+    def list_unrouted_signals(
+        self,
+        status: str | None = None,
+        *,
+        name: str | None = None,
+        correlation_key: str | None = None,
+        page_size: int = PAGE_SIZE,
+    ) -> Iterator[models.Signal]:
+        """The namespace's facts that belong to no instance (B6: PARKED, EXPIRED unrouted,
+        REJECTED), newest first, page by page."""
+        query = {"status": status, "name": name, "correlation_key": correlation_key}
+        for item in self._pages(self._ns("signals"), "signals", query, None, page_size):
+            yield models.from_json(models.Signal, item)
 
     def list_signals(
         self, workflow_id: str, status: str | None = None, *, page_size: int = PAGE_SIZE

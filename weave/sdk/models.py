@@ -180,6 +180,7 @@ class Signal(Receipt):
     evidence_ref: str | None = None
     actor: str | None = None
     consumed_at: datetime | None = field(default=None, metadata=TIME)
+    route: str | None = None  # a fact sent by its business key: ROUTED, PARKED or AMBIGUOUS now (B6)
 
 
 @dataclass
