@@ -300,3 +300,20 @@ def _routes(client):
     from test_authorization import mounted
 
     return mounted(client.app)
+
+
+def test_B6_a_read_that_waited_checks_its_credential_again_before_it_answers(published, database):
+    """A credential revoked while its read waits gets 401 at the end of the wait, not the state."""
+    from weave import auth
+    from weave.sql import tenancy
+
+    flow = published
+    receipt = route(flow, "pay-1", fact()).json
+    token = flow.tenant.token("workflows:read")
+    credential_id = tenancy.authenticate(database, auth.token_hash(token)).credential_id
+    headers = {"Authorization": f"Bearer {token}"}
+    thread, out = in_thread(lambda: read_fact(flow, receipt["signal_id"], headers, "wait_seconds=1"))
+    time.sleep(0.3)
+    tenancy.revoke_credential(database, "acme", credential_id)
+    thread.join(10)
+    assert (out["answer"].status_code, out["answer"].json["code"]) == (401, "UNAUTHENTICATED")

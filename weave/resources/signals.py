@@ -8,7 +8,7 @@ from urllib.parse import parse_qsl
 
 import falcon
 
-from weave import metrics
+from weave import auth, metrics
 from weave.db import Unavailable
 from weave.errors import Code, WeaveError
 from weave.http import (
@@ -23,7 +23,7 @@ from weave.http import (
 from weave.resources import waiting
 from weave.rules import routing as routing_rules
 from weave.rules import signals as rules
-from weave.sql import routing, signals
+from weave.sql import routing, signals, tenancy
 from weave.views import signal_view
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x20-\x7e]{1,128}$")
@@ -181,6 +181,7 @@ WAIT_DESCRIPTION = (
     " is held in between) until it is not, or until the seconds have passed: the answer is its state"
     " then. Such a read counts against the process's cap of waiting claims (`weave serve"
     " --max-waiting-claims`); at the cap it answers at once with the state it read (docs/decisions.md)."
+    " A read that waited reads its credential again before it answers: revoked or expired meanwhile is 401."
 )
 
 
@@ -192,19 +193,24 @@ class SignalRead(Resource):
         self.slots = slots
 
     def answer(self, req: falcon.Request, resp: falcon.Response, read) -> None:
-        """200 with the signal `read()` returns, looked at again while it is PENDING or PARKED, up
-        to `?wait_seconds`, in a waiting slot; at the cap, or when the slot goes to another
-        application's request, what was last read."""
+        """200 with the signal `read(principal)` returns, looked at again while it is PENDING or
+        PARKED, up to `?wait_seconds`, in a waiting slot; at the cap, or when the slot goes to
+        another application's request, what was last read. A read that waited checks its
+        credential again before it answers (401 when revoked or expired meanwhile), as a claim does."""
         wait_seconds = query_int(req, "wait_seconds", 0, 0, WAIT_SECONDS_MAX)
-        row = read()
+        principal = req.context.principal
+        row = read(principal)
         if row["status"] in WAITED_STATUSES and wait_seconds:
             deadline = time.monotonic() + wait_seconds
-            with self.slots.slot(req.context.principal.application_id) as ended:
+            with self.slots.slot(principal.application_id) as ended:
                 if ended is not None:
                     settled = waiting.look_until(
-                        read, lambda seen: seen["status"] not in WAITED_STATUSES, deadline, ended
+                        lambda: read(principal), lambda seen: seen["status"] not in WAITED_STATUSES, deadline, ended
                     )
-                    row = settled or read()
+                    principal = tenancy.authenticate(self.database, req.context.token_sha256)
+                    if principal is None:
+                        raise auth.unauthenticated(auth.NOT_CURRENT)
+                    row = settled or read(principal)
         send_json(resp, 200, signal_view(row, row["workflow_id"]))
 
 
@@ -220,11 +226,10 @@ class WorkflowSignal(SignalRead):
     def on_get(
         self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str, signal_id: int
     ) -> None:
-        principal = req.context.principal
         self.answer(
             req,
             resp,
-            lambda: {
+            lambda principal: {
                 **signals.get_signal(self.database, principal, workflow_id, signal_id),
                 "workflow_id": workflow_id,
             },
@@ -247,8 +252,7 @@ class NamespaceSignal(SignalRead):
         query=(WAIT_SECONDS,),
     )
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, signal_id: int) -> None:
-        principal = req.context.principal
-        self.answer(req, resp, lambda: signals.get_fact(self.database, principal, signal_id))
+        self.answer(req, resp, lambda principal: signals.get_fact(self.database, principal, signal_id))
 
 
 class NamespaceSignals(Resource):
