@@ -166,6 +166,8 @@ def test_B6_the_list_holds_the_facts_of_no_instance_newest_first_filtered_and_pa
     assert ids("correlation_key=o-1") == [other_name, parked[1]]
     assert ids("status=PARKED&name=payment.settled&correlation_key=o-2") == [parked[2]]
     assert ids("correlation_key=o-1 ") == []  # exact bytes
+    assert ids("after=0") == everything  # from the newest
+    assert ids(f"after={parked[2]}") == [parked[1], parked[0]]
     states = {s["signal_id"]: s for s in listed(flow)["signals"]}
     assert (states[ambiguous["signal_id"]]["route"], states[ambiguous["signal_id"]]["disposition"]) == (
         "AMBIGUOUS",

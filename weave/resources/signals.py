@@ -126,6 +126,19 @@ def answer_receipt(resp: falcon.Response, send) -> None:
         ACCEPTED(receipt.status, receipt.disposition or "none").inc()
 
 
+def send_signal_page(resp: falcon.Response, rows: list[dict], limit: int, workflow_id: str | None) -> None:
+    """200 with a page of signals: `rows` were read one beyond `limit`, so that a next page is known."""
+    page = rows[:limit]
+    send_json(
+        resp,
+        200,
+        {
+            "signals": [signal_view(row, workflow_id) for row in page],
+            "next_after": str(page[-1]["id"]) if len(rows) > limit else None,
+        },
+    )
+
+
 class WorkflowSignals(Resource):
     @operation(
         "Send a signal (201 with the frozen receipt; replays answer the same bytes)",
@@ -162,15 +175,7 @@ class WorkflowSignals(Resource):
         after = query_int(req, "after", 0, 0, 2**63 - 1)
         limit = query_int(req, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
         rows = signals.list_signals(self.database, principal, workflow_id, status, after, limit + 1)
-        page = rows[:limit]
-        send_json(
-            resp,
-            200,
-            {
-                "signals": [signal_view(row, workflow_id) for row in page],
-                "next_after": str(page[-1]["id"]) if len(rows) > limit else None,
-            },
-        )
+        send_signal_page(resp, rows, limit, workflow_id)
 
 
 WAIT_SECONDS_MAX = 20
@@ -290,7 +295,7 @@ class NamespaceSignals(Resource):
             ("status", f"one of {', '.join(signals.UNROUTED_STATUSES)}"),
             ("name", "the contract's signal name"),
             ("correlation_key", "the exact correlation key"),
-            ("after", "signal_id to continue after (the page's next_after)"),
+            ("after", "the next_after of the previous page (absent or 0: start at the newest)"),
             ("limit", f"page size 1..{PAGE_MAX} (default {PAGE_DEFAULT})"),
         ),
     )
@@ -306,16 +311,8 @@ class NamespaceSignals(Resource):
         key = query_text(
             req, "correlation_key", lambda _: _fits_correlation(exact), f"1-{CORRELATION_KEY_MAX_BYTES} bytes of UTF-8"
         )
-        after = query_int(req, "after", 2**63 - 1, 0, 2**63 - 1)
+        after = query_int(req, "after", 0, 0, 2**63 - 1) or 2**63 - 1  # 0: from the newest, as the workflow list
         limit = query_int(req, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
         correlation = exact.encode("utf-8") if key is not None else None
         rows = signals.list_facts(self.database, principal, status, name, correlation, after, limit + 1)
-        page = rows[:limit]
-        send_json(
-            resp,
-            200,
-            {
-                "signals": [signal_view(row, None) for row in page],
-                "next_after": str(page[-1]["id"]) if len(rows) > limit else None,
-            },
-        )
+        send_signal_page(resp, rows, limit, None)
