@@ -51,7 +51,7 @@ class QueueClaim(Resource):
             " waits for one, unless this server process already has its cap of waiting claims (below"
             " its thread count: `weave serve --max-waiting-claims`); then it answers 204 at once with"
             " a `Retry-After` header (seconds): claim again after that. The cap is shared between"
-            " applications: when it is full, the application waiting with the most claims gives one up"
+            " applications, and with signal reads that wait (`wait_seconds`, B6): when it is full, the application waiting with the most claims gives one up"
             " to an application waiting with at least two fewer (that claim answers 204 with"
             " `Retry-After` before its time). A claim that waited reads its credential again before it"
             " takes a task: revoked or expired meanwhile is 401, its application disabled 403."
