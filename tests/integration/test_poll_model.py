@@ -224,7 +224,7 @@ def test_poll_model(database, weave_tables, client, clock):
             max_examples=EXAMPLES,
             stateful_step_count=STEPS,
             deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
     # What the examples reached (shown with -s): a model that never reaches a rule does not test it.
