@@ -54,11 +54,11 @@ class Receipt:
 # The receipt is frozen in the row it describes, written by the same INSERT. Its first member, the
 # signal_id, is the row's own key and unknown before the INSERT, so the stored text starts after it:
 # the body is `{"signal_id":"<id>",` + the stored rest, identical on every replay.
-def _receipt_rest(fields: dict) -> str:
+def receipt_rest(fields: dict) -> str:
     return jsontext.compact(fields)[1:]
 
 
-def _receipt_text(signal_id: int, rest: str) -> str:
+def receipt_text(signal_id: int, rest: str) -> str:
     return '{"signal_id":"%d",%s' % (signal_id, rest)
 
 
@@ -141,7 +141,7 @@ def _replay(existing: dict, request: SignalRequest) -> Receipt:
         raise WeaveError(
             Code.IDEMPOTENCY_CONFLICT, f"Idempotency-Key {request.idempotency_key!r} was used for a different signal"
         )
-    return Receipt(_receipt_text(existing["signal_id"], existing["receipt"]), replayed=True)
+    return Receipt(receipt_text(existing["signal_id"], existing["receipt"]), replayed=True)
 
 
 def _target_facts(tx: Tx, request: SignalRequest, known: dict) -> rules.TargetFacts:
@@ -205,7 +205,7 @@ def _accept(
 ) -> Receipt:
     fields = request.fields
     payload_sha = jsontext.sha256_text(request.payload_text) if request.payload_text is not None else None
-    receipt_rest = _receipt_rest(
+    rest = receipt_rest(
         {
             "workflow_id": instance["workflow_id"],
             "status": decision.status,
@@ -241,7 +241,7 @@ def _accept(
             instance["deadline_at"],  # available_at: a PENDING signal's first look is at its expiry
             now if decision.status != rules.PENDING else None,
             now,
-            receipt_rest,
+            rest,
         ),
     )
     instances.count_stored_signal(tx, instance["id"])
@@ -273,7 +273,7 @@ def _accept(
         credential_id=principal.credential_id,
         request_digest=request.request_digest,
     )
-    return Receipt(_receipt_text(signal_id, receipt_rest), False, decision.status, decision.disposition)
+    return Receipt(receipt_text(signal_id, rest), False, decision.status, decision.disposition)
 
 
 # ---- get and list ---------------------------------------------------------------------------------
