@@ -10,7 +10,8 @@ Everything runs on this machine: a private database server, `weave serve` and `w
 separate processes, and load generator threads here. Each figure is printed beside its baseline
 and the ratio, because absolute numbers mean little across machines; ratios measured in one run do.
 Development tooling: it lives in scripts/benchmarks/, outside the installed package, and imports the
-checkout's Weave from .venv (tests/processes/test_bench.py imports the sections with scripts/ on its path).
+checkout's Weave from .venv (tests/processes/test_bench.py imports the sections with scripts/ on its
+path).
 """
 
 from __future__ import annotations
