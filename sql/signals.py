@@ -53,13 +53,61 @@ class Receipt:
 
 # The receipt is frozen in the row it describes, written by the same INSERT. Its first member, the
 # signal_id, is the row's own key and unknown before the INSERT, so the stored text starts after it:
-# the body is `{"signal_id":"<id>",` + the stored rest, identical on every replay.
-def receipt_rest(fields: dict) -> str:
-    return jsontext.compact(fields)[1:]
+# the body is `{"signal_id":"<id>",` + the stored rest, identical on every replay. These builders
+# are public for the benchmarks' baselines, which write the same rows without Weave's code.
+def receipt_rest(
+    workflow_id: str,
+    status: str,
+    disposition: str | None,
+    accepted_at: datetime,
+    expires_at: datetime,
+    idempotency_key: str,
+    request_digest: str,
+) -> str:
+    return jsontext.compact(
+        {
+            "workflow_id": workflow_id,
+            "status": status,
+            "disposition": disposition,
+            "accepted_at": rfc3339(accepted_at),
+            "expires_at": rfc3339(expires_at),
+            "idempotency_key": idempotency_key,
+            "request_digest": request_digest,
+        }
+    )[1:]
 
 
 def receipt_text(signal_id: int, rest: str) -> str:
     return '{"signal_id":"%d",%s' % (signal_id, rest)
+
+
+def accepted_texts(
+    signal_id: int,
+    fields: dict,
+    decision: rules.Acceptance,
+    actor: str,
+    idempotency_key: str,
+    now: datetime,
+    deadline_at: datetime,
+) -> tuple[dict, dict]:
+    """A new signal's SIGNAL_ACCEPTED event data, and its `signal.send` audit details (the same and
+    the key and times)."""
+    data = {
+        "signal_id": str(signal_id),
+        "name": fields["name"],
+        "target_step_key": fields["target_step_key"],
+        "target_activation_sequence": fields["target_activation_sequence"],
+        "status": decision.status,
+        "disposition": decision.disposition,
+        "actor": actor,
+    }
+    details = {
+        **data,
+        "idempotency_key": idempotency_key,
+        "accepted_at": rfc3339(now),
+        "instance_deadline_at": rfc3339(deadline_at),
+    }
+    return data, details
 
 
 # ---- quota ----------------------------------------------------------------------------------------
@@ -206,15 +254,13 @@ def _accept(
     fields = request.fields
     payload_sha = jsontext.sha256_text(request.payload_text) if request.payload_text is not None else None
     rest = receipt_rest(
-        {
-            "workflow_id": instance["workflow_id"],
-            "status": decision.status,
-            "disposition": decision.disposition,
-            "accepted_at": rfc3339(now),
-            "expires_at": rfc3339(instance["deadline_at"]),
-            "idempotency_key": request.idempotency_key,
-            "request_digest": request.request_digest,
-        }
+        instance["workflow_id"],
+        decision.status,
+        decision.disposition,
+        now,
+        instance["deadline_at"],
+        request.idempotency_key,
+        request.request_digest,
     )
     signal_id = tx.insert(
         INSERT_SIGNAL,
@@ -247,27 +293,16 @@ def _accept(
     instances.count_stored_signal(tx, instance["id"])
     if decision.wakes_wait:
         checkpoints.schedule_wait(tx, instance["id"], wait_id, now)
-    data = {
-        "signal_id": str(signal_id),
-        "name": fields["name"],
-        "target_step_key": fields["target_step_key"],
-        "target_activation_sequence": fields["target_activation_sequence"],
-        "status": decision.status,
-        "disposition": decision.disposition,
-        "actor": principal.actor,
-    }
+    data, details = accepted_texts(
+        signal_id, fields, decision, principal.actor, request.idempotency_key, now, instance["deadline_at"]
+    )
     events.append(tx, instance["id"], "SIGNAL_ACCEPTED", data)
     audit.record(
         tx,
         principal.namespace_id,
         principal.actor,
         "signal.send",
-        {
-            **data,
-            "idempotency_key": request.idempotency_key,
-            "accepted_at": rfc3339(now),
-            "instance_deadline_at": rfc3339(instance["deadline_at"]),
-        },
+        details,
         instance_id=instance["id"],
         signal_id=signal_id,
         credential_id=principal.credential_id,

@@ -14,6 +14,7 @@ from benchmarks.harness import QUEUE, Bench
 from benchmarks.workload import on_connections, signal_body
 from weave import auth, jsontext
 from weave.db import connect
+from weave.rules import signals as signal_rules
 from weave.sql import audit as audit_sql
 from weave.sql import checkpoints as checkpoint_sql
 from weave.sql import engine, tenancy
@@ -22,7 +23,6 @@ from weave.sql import inbox as inbox_sql
 from weave.sql import instances as instance_sql
 from weave.sql import signals as sig_sql
 from weave.sql import tasks as task_sql
-from weave.times import rfc3339
 from weave.tx import SELECT_NOW
 
 
@@ -100,38 +100,18 @@ def in_process_e2e(bench: Bench, workflows: int) -> float:
     return time.perf_counter() - started
 
 
+# The bench's signals are all early: accepted PENDING, no disposition.
+PENDING = signal_rules.Acceptance(signal_rules.PENDING)
+
+
 def _receipt_rest(workflow_id: str, key: str, digest: str, now, deadline_at) -> str:
-    """The receipt's stored rest that `send_signal` writes for the bench's signal, by its own builder."""
-    return sig_sql.receipt_rest(
-        {
-            "workflow_id": workflow_id,
-            "status": "PENDING",
-            "disposition": None,
-            "accepted_at": rfc3339(now),
-            "expires_at": rfc3339(deadline_at),
-            "idempotency_key": key,
-            "request_digest": digest,
-        }
-    )
+    """The receipt's stored rest that `send_signal` writes for the bench's signal, by its builder."""
+    return sig_sql.receipt_rest(workflow_id, PENDING.status, PENDING.disposition, now, deadline_at, key, digest)
 
 
 def _event_and_audit_texts(signal_id: int, key: str, now, deadline_at) -> tuple[str, str]:
     """The event data and the audit details that `send_signal` writes for the bench's signal."""
-    data = {
-        "signal_id": str(signal_id),
-        "name": signal_body("o")["name"],
-        "target_step_key": "payment",
-        "target_activation_sequence": 1,
-        "status": "PENDING",
-        "disposition": None,
-        "actor": "raw",
-    }
-    details = {
-        **data,
-        "idempotency_key": key,
-        "accepted_at": rfc3339(now),
-        "instance_deadline_at": rfc3339(deadline_at),
-    }
+    data, details = sig_sql.accepted_texts(signal_id, signal_body("o"), PENDING, "raw", key, now, deadline_at)
     return jsontext.compact(data), jsontext.compact(details)
 
 
@@ -141,10 +121,10 @@ def _signal_row(instance_id: int, key: str, digest: str, now, deadline_at, recei
     return (
         instance_id,
         body["name"],
-        "v1",
-        "payment",
-        1,
-        b"o",
+        body["payload_version"],
+        body["target_step_key"],
+        body["target_activation_sequence"],
+        body["correlation_key"].encode(),
         payload_text,
         jsontext.sha256_text(payload_text),
         1,
@@ -154,8 +134,8 @@ def _signal_row(instance_id: int, key: str, digest: str, now, deadline_at, recei
         1,
         key,
         digest,
-        "PENDING",
-        None,
+        PENDING.status,
+        PENDING.disposition,
         now,
         deadline_at,
         deadline_at,  # available_at: a PENDING signal's first look is at its expiry, as Weave writes it
