@@ -43,14 +43,14 @@ from weave.cli.args import (
     _scan_threads,
     _signals_per_minute,
 )
-from weave.cli.dev import (  # noqa: F401  (tests, docs)
+from weave.cli.demo import (  # noqa: F401  (tests, docs)
     DEV_DEFINITION,
     DEV_POLL_DEFINITION,
     DEV_POLL_INTERVAL,
     DEV_REVIEW_DEFINITION,
     DEV_REVIEW_WAIT,
-    cmd_dev,
 )
+from weave.cli.dev import cmd_dev
 from weave.cli.serve import _server_config, cmd_scan, cmd_serve  # noqa: F401  (_server_config: tests)
 from weave.config import (
     BODIES_BUFFERED,
