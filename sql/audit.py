@@ -46,17 +46,13 @@ def record(
 # that only the signal's own acceptance record, written by the same unit as the signal, counts. The
 # index is named: as a dependent subquery the planner may prefer ix_audit_instance for its id order,
 # which reads every record of the instance; ix_audit_signal's entries are in id order too.
-def _acceptance_digest_of(signal_id: str, instance_id: str) -> str:
-    """The statement, for the signal and instance that `signal_id` and `instance_id` name (SQL
-    expressions written here, never input)."""
-    return f"""SELECT request_digest FROM audit_records FORCE INDEX (ix_audit_signal)
-WHERE signal_id = {signal_id} AND instance_id = {instance_id} AND action = 'signal.send'
+SELECT_ACCEPTANCE_DIGEST = """SELECT request_digest FROM audit_records FORCE INDEX (ix_audit_signal)
+WHERE signal_id = %s AND instance_id = %s AND action = 'signal.send'
 ORDER BY id LIMIT 1"""
-
-
-SELECT_ACCEPTANCE_DIGEST = _acceptance_digest_of("%s", "%s")
 # The same, as a column of a read of signal rows `s` (a subquery in the select list: read, not locked).
-ACCEPTANCE_DIGEST_OF_SIGNAL_ROW = "(" + _acceptance_digest_of("s.id", "s.instance_id") + ")"
+ACCEPTANCE_DIGEST_OF_SIGNAL_ROW = """(SELECT request_digest FROM audit_records FORCE INDEX (ix_audit_signal)
+WHERE signal_id = s.id AND instance_id = s.instance_id AND action = 'signal.send'
+ORDER BY id LIMIT 1)"""
 
 
 def acceptance_digest(tx: Tx, instance_id: int, signal_id: int) -> str | None:
