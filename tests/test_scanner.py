@@ -10,6 +10,7 @@ import pytest
 from helpers import run_scanners_until, run_with_kills, task_steps, use_real_time
 
 from weave import scanner as scanner_module
+from weave.config import DEFAULT_SCAN_IDLE_SECONDS
 from weave.scanner import Scanner
 from weave.sql import instances, tasks
 from weave.sql.engine import moves
@@ -345,8 +346,8 @@ def test_k2_a_connection_cut_mid_candidate_backs_it_off_and_loses_nothing(flow, 
         (0.01, scanner_module.BUSY_SECONDS),
         (0.1, 0.025),  # a quarter of the time since the last work
         (0.5, 0.125),
-        (1.0, scanner_module.IDLE_SECONDS),  # idle: the longest sleep, and no longer
-        (3600.0, scanner_module.IDLE_SECONDS),
+        (1.0, DEFAULT_SCAN_IDLE_SECONDS),  # idle: the longest sleep, and no longer
+        (3600.0, DEFAULT_SCAN_IDLE_SECONDS),
     ],
 )
 def test_k1_the_scanner_sleeps_briefly_while_work_arrives_and_longer_once_idle(idle_for, pause):

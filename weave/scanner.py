@@ -36,24 +36,23 @@ from typing import Callable
 from prometheus_client import Counter
 
 from weave import metrics
+from weave.config import DEFAULT_SCAN_BATCH_SIZE, DEFAULT_SCAN_IDLE_SECONDS
 from weave.db import Database
 from weave.sql import backoff, checkpoints, engine, inbox, instances, signals, tasks
 from weave.tx import Tx
 
 log = logging.getLogger("weave.scanner")
 
-BATCH_SIZE = 100
-THREADS = 8  # `weave scan --threads`; a Scanner made in-process takes its candidates one by one
 # The sleep between batches that were not full: BUSY_SECONDS right after a batch that found work,
-# growing with the time since (a quarter of it) up to IDLE_SECONDS. Under steady load a signal is
-# consumed a few milliseconds after its acceptance; idle, a look every 250 ms (the time, then four
-# cheap indexed reads in one round trip: `Scanner.look`) costs well under 1 % of a core.
+# growing with the time since (a quarter of it) up to the idle sleep (`Config.scan_idle_seconds`,
+# 0.25 s by default). Under steady load a signal is consumed a few milliseconds after its
+# acceptance; idle, a look every 250 ms (the time, then four cheap indexed reads in one round trip:
+# `Scanner.look`) costs well under 1 % of a core.
 BUSY_SECONDS = 0.005
-IDLE_SECONDS = 0.25
 IDLE_GROWTH = 0.25
 
 
-def pause_after(idle_for: float, longest: float = IDLE_SECONDS) -> float:
+def pause_after(idle_for: float, longest: float = DEFAULT_SCAN_IDLE_SECONDS) -> float:
     """The sleep after a batch that was not full, `idle_for` seconds after the last one that found work."""
     return min(longest, max(BUSY_SECONDS, idle_for * IDLE_GROWTH))
 
@@ -160,8 +159,8 @@ class Scanner:
         self,
         database: Database,
         sources: tuple[CandidateSource, ...] = SCANNED,
-        batch_size: int = BATCH_SIZE,
-        idle_seconds: float = IDLE_SECONDS,
+        batch_size: int = DEFAULT_SCAN_BATCH_SIZE,
+        idle_seconds: float = DEFAULT_SCAN_IDLE_SECONDS,
         threads: int = 1,
     ):
         self.database = database
