@@ -482,7 +482,10 @@ class WeaveServer(TcpWSGIServer):
 
 
 class LastInFirstOut(threading.Condition):
-    """A condition whose `notify` wakes the thread that began waiting last, not first."""
+    """A condition whose `notify` wakes the thread that began waiting last, not first.
+
+    It reaches into `threading.Condition`'s private `_waiters` and `_is_owned`: the LIFO tests of
+    tests/test_server.py fail if a Python release changes them (docs/performance.md has its gain)."""
 
     def notify(self, n: int = 1) -> None:
         # threading.Condition.notify, taking waiters from the other end of the same queue.
