@@ -1,9 +1,9 @@
-"""Named CHECK constraints for the statuses of SPEC §1 (issue 27): the database refuses a status
+"""Named CHECK constraints for the statuses of docs/rules.md#statuses (issue 27): the database refuses a status
 or a disposition that Weave does not know, as the code's enums (`weave.statuses`) spell them. Both
 MariaDB (10.2+) and MySQL (8.0.16+) enforce CHECK constraints; adding one reads every row of its
 table once (stop writers for `weave migrate`, as for every migration). Re-runnable: a constraint
 is added only when missing. The lists are written out here, as they are at this version; a later
-status needs a later migration (tests/test_statuses.py compares them with the enums).
+status needs a later migration (tests/integration/test_statuses.py compares them with the enums).
 """
 
 from weave.migration_steps import add_checks

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import falcon.testing
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 from clock import ControlledClock  # noqa: E402
 from helpers import Flow, make_tenant  # noqa: E402
 

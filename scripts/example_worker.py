@@ -55,7 +55,7 @@ class Carrier:
         if self.seconds:
             print(f"{task.workflow_id} {task.step_key}: asking the carrier (slow)", flush=True)
             # The worker heartbeats meanwhile; wait() returns early when Weave asks to cancel (a
-            # final signal won the POLL: SPEC C2.4) or the lease is lost.
+            # final signal won the POLL: C2.4 in docs/rules.md) or the lease is lost.
             task.wait(self.seconds)
             task.raise_if_cancel_requested()
         with self.lock:

@@ -2,7 +2,7 @@
 
 Table modules read, lock, insert and change their own rows (and may use the append-only
 `events` and `audit`, or a lower table module); they never import the engine, and nothing here
-imports in a circle (tests/test_architecture.py walks the imports):
+imports in a circle (tests/unit/test_architecture.py walks the imports):
 
     tenancy      namespaces, applications, queues, credentials; authentication
     definitions  publish and read definitions

@@ -1,4 +1,5 @@
-"""Definitions: publish (numbered 1, 2, 3… per name) and read. A published version never changes.
+"""Definitions: publish (numbered 1, 2, 3… per name), read, and list the newest of each name. A
+published version never changes.
 
 Publishers in one namespace queue up on the namespace row (publishing is rare), so each reads
 the true latest version before numbering the next: versions have no gaps and no twins. The UNIQUE
@@ -94,6 +95,37 @@ def pinned(tx: Tx, namespace_id: int, name: str, version: int) -> Definition | N
 @read_only
 def read_definition(tx: Tx, namespace_id: int, name: str, version: int) -> Definition | None:
     return pinned(tx, namespace_id, name, version)
+
+
+# The definitions list (D5): the newest version of each name, by name, a page at a time. The
+# inner query reads `uq_definitions_name_version` alone, in order from the cursor, grouping as it
+# goes and stopping once the page has its names (no sort, no temporary table): the index entries of
+# the page's names, every version of each (MariaDB 10.11 takes no loose index scan here, with or
+# without the LIMIT; a name's versions are few, as publishing is rare). The page's rows are then read
+# by the same key. Names compare as bytes (the column is utf8mb4_bin), as the cursor does.
+SELECT_NEWEST_VERSIONS = """
+SELECT d.name, d.version, d.digest, d.created_at
+FROM (SELECT name, MAX(version) AS version FROM definitions
+      WHERE namespace_id = %s AND name > %s GROUP BY name ORDER BY name LIMIT %s) newest
+JOIN definitions d ON d.namespace_id = %s AND d.name = newest.name AND d.version = newest.version
+ORDER BY d.name
+"""
+SELECT_NEWEST_VERSION_OF_NAME = """
+SELECT name, version, digest, created_at FROM definitions
+WHERE namespace_id = %s AND name = %s AND name > %s ORDER BY version DESC LIMIT 1
+"""
+
+
+@read_only
+def list_newest(tx: Tx, namespace_id: int, name: str | None, after: str, limit: int) -> tuple[list[dict], str | None]:
+    """A page of the namespace's definitions, the newest version of each name, in name order from
+    the first name after `after` (`""`: from the start); only `name`'s when given. Returns the rows
+    (`name`, `version`, `digest`, `created_at`) and the cursor of the next page (None on the last)."""
+    if name is not None:
+        return tx.all(SELECT_NEWEST_VERSION_OF_NAME, (namespace_id, name, after)), None
+    rows = tx.all(SELECT_NEWEST_VERSIONS, (namespace_id, after, limit + 1, namespace_id))
+    page = rows[:limit]
+    return page, page[-1]["name"] if len(rows) > limit else None
 
 
 SELECT_VERSIONS_OF_NAME = "SELECT id, queues FROM definitions WHERE namespace_id = %s AND name = %s"

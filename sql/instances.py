@@ -1,9 +1,11 @@
 """Workflow instances: start (idempotent on workflow_id), read with their steps, list, lock, move.
 
 Lock order: the instance row first, then what hangs off it (activations, waits, signals, tasks).
-Starting writes the instance (RUNNING, gate OPEN), a ROOT checkpoint due now, the first event and
-an audit record in one transaction (I2); the checkpoint scanner activates the first step. Every
-later change of an instance's status is the engine's, through `move`.
+Starting checks the input against the definition's input schema (D5), then writes the instance
+(RUNNING, gate OPEN), a ROOT checkpoint due now, one at its total deadline (I6), the first event
+and an audit record in one transaction (I2); the checkpoint scanner activates the first step.
+Every later change of an instance's status or deadline is the engine's, through `move` and
+`set_deadline`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
+from weave import jsontext
 from weave.auth import Principal
 from weave.db import read_only, unit_of_work
-from weave.errors import Code, WeaveError
+from weave.errors import Code, WeaveError, refusal
 from weave.rules import definitions as definition_rules
 from weave.sql import audit, checkpoints, definitions, events
 from weave.times import rfc3339
@@ -93,7 +96,7 @@ def read_workflow(tx: Tx, principal: Principal, workflow_id: str) -> WorkflowFac
     return facts
 
 
-# ---- an instance addressed by a credential (S1.1, §11) ---------------------------------------------
+# ---- an instance addressed by a credential (S1.1, docs/rules.md#api) -------------------------------
 
 SELECT_ADDRESSED_INSTANCE = """
 SELECT id, definition_id, (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest
@@ -127,7 +130,7 @@ def list_events(tx: Tx, principal: Principal, workflow_id: str, after: int, limi
     return events.page(tx, addressed(tx, principal, workflow_id)["id"], after, limit)
 
 
-# ---- the workflow list (§11): newest first, only what the credential may read ------------------------
+# ---- the workflow list (docs/rules.md#api): newest first, only what the credential may read ----------
 
 # One page of the list: an index of migration 0006 read backwards from the cursor. The index is
 # named because it is always the best plan (exactly `limit` entries read, no sort), while the
@@ -178,8 +181,8 @@ def newest_of_versions(versions: list[int], status: str | None, before: int, cou
 
 
 def _may_read(principal: Principal, stored_queues: str) -> bool:
-    """Whether `principal` holds a grant for every queue of a definition (S1.1, §11), from the
-    definition's `queues` column: no document is read or parsed."""
+    """Whether `principal` holds a grant for every queue of a definition (S1.1, docs/rules.md#api),
+    from the definition's `queues` column: no document is read or parsed."""
     return principal.holds_queues(definitions.queues(stored_queues))
 
 
@@ -228,7 +231,7 @@ def start_workflow(tx: Tx, principal: Principal, request: StartRequest) -> tuple
     The same workflow_id with the same request digest answers the existing instance; with another
     digest it is `WORKFLOW_EXISTS`. Two concurrent starts of one id meet at `uq_instances_workflow`:
     the loser's unit is re-run and takes the first branch. Either way the credential needs a grant
-    for every queue of the definition (S1.1, §11).
+    for every queue of the definition (S1.1, docs/rules.md#api).
     """
     namespace_id, actor = principal.namespace_id, principal.actor
     existing = read_facts(tx, namespace_id, request.workflow_id)
@@ -244,7 +247,12 @@ def start_workflow(tx: Tx, principal: Principal, request: StartRequest) -> tuple
         raise WeaveError(
             Code.DEFINITION_NOT_FOUND, f"definition {request.definition!r} version {request.version} does not exist"
         )
-    principal.require_queues(definition_rules.queues_used(definitions.document(tx, definition.id, definition.digest)))
+    document = definitions.document(tx, definition.id, definition.digest)
+    principal.require_queues(definition_rules.queues_used(document))
+    if "input_schema" in document:  # D5: an input the definition refuses is refused before anything is written
+        problems = definition_rules.input_problems(document, jsontext.loads(request.input_text))
+        if problems:
+            raise refusal(Code.VALIDATION_FAILED, problems)
     now = tx.now()
     deadline_at = now + timedelta(seconds=request.deadline_seconds)
     instance_id = tx.insert(
@@ -262,6 +270,7 @@ def start_workflow(tx: Tx, principal: Principal, request: StartRequest) -> tuple
         ),
     )
     checkpoints.schedule_root(tx, instance_id, now)
+    checkpoints.schedule_root(tx, instance_id, deadline_at)  # I6: the gate closes at the deadline
     events.append(
         tx,
         instance_id,
@@ -397,6 +406,20 @@ def move(tx: Tx, instance: dict, status: str, gate: str, review_reason: str | No
         f"move instance {instance['id']} from {instance['status']} to {status}",
     )
     return {**instance, "status": status, "gate": gate, "review_reason": review_reason}
+
+
+UPDATE_DEADLINE = "UPDATE instances SET deadline_at = %s, updated_at = %s WHERE id = %s AND deadline_at = %s"
+
+
+def set_deadline(tx: Tx, instance: dict, deadline_at) -> dict:
+    """The locked instance's total deadline is `deadline_at` now (R4); returns the instance as it is
+    now (the caller's dict is left as it was read)."""
+    tx.transition(
+        UPDATE_DEADLINE,
+        (deadline_at, tx.now(), instance["id"], instance["deadline_at"]),
+        f"set the deadline of instance {instance['id']}",
+    )
+    return {**instance, "deadline_at": deadline_at}
 
 
 # One index range per namespace (ix_instances_namespace_status): namespaces are few, reviews too.

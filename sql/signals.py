@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from weave import jsontext
 from weave.auth import Principal
 from weave.db import read_only, unit_of_work
-from weave.errors import Code, WeaveError
+from weave.errors import Code, WeaveError, refusal
 from weave.rules import signals as rules
 from weave.sql import audit, backoff, checkpoints, events, instances, waits
 from weave.times import rfc3339
@@ -167,8 +167,7 @@ def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalR
         return _replay(unlocked, request)
     problems = rules.contract_problems(document["steps"], request.fields, request.payload)
     if problems:
-        errors = [{"pointer": p.pointer, "message": p.message} for p in problems]
-        raise WeaveError(Code.CONTRACT_MISMATCH, f"{errors[0]['pointer']}: {errors[0]['message']}", errors)
+        raise refusal(Code.CONTRACT_MISMATCH, problems)
 
     # One round trip: the queues, then the instance (locked by its mark), then the facts.
     if queues:

@@ -161,7 +161,7 @@ def cut_connection(database, migrated_url):
 
 @pytest.fixture
 def proxy(migrated_url):
-    """The fault proxy (tests/faultproxy.py) in front of the test server."""
+    """The fault proxy (tests/support/faultproxy.py) in front of the test server."""
     with FaultProxy(migrated_url.port, upstream_host=migrated_url.host) as proxy:
         yield proxy
 

@@ -245,7 +245,10 @@ class Database:
                     raise
                 if attempt == self.max_attempts or time.monotonic() >= budget_ends:
                     metrics.DB_UNAVAILABLE.labels(unit.__name__).inc()
-                    raise Unavailable(f"{unit.__name__} failed {attempt} times; last error: {exc}") from exc
+                    raise Unavailable(
+                        f"{unit.__name__} failed {attempt} times; last error: {exc}",
+                        unreachable=getattr(exc, "connection_lost", False),
+                    ) from exc
                 maybe_committed = maybe_committed or getattr(exc, "commit_unknown", False)
                 metrics.DB_RETRIES.labels(exc.code if isinstance(exc, Retryable) else DUP_ENTRY).inc()
                 log.info("retrying %s after %s (attempt %d)", unit.__name__, exc, attempt)

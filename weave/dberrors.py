@@ -67,7 +67,20 @@ class Retryable(DatabaseError):
 
 class Unavailable(DatabaseError):
     """A unit of work kept failing with retryable errors (or duplicates of a key it replays on); the
-    caller should try again later."""
+    caller should try again later.
+
+    `unreachable`: its last attempt could not reach the database (the connection was refused or
+    lost, or a Galera node was not ready); otherwise the database answered but stayed busy
+    (deadlocks, lock wait timeouts). The API says which, so that what it says is true."""
+
+    def __init__(self, message: str, unreachable: bool = False):
+        super().__init__(message)
+        self.unreachable = unreachable
+
+    @property
+    def what(self) -> str:
+        """In words, for a client: what kept the unit from running."""
+        return "the database is unreachable" if self.unreachable else "the database is busy"
 
 
 def translate(exc: pymysql.err.MySQLError) -> DatabaseError:

@@ -1,8 +1,9 @@
 """A private MariaDB/MySQL server, or a private MariaDB Galera cluster, for development and tests.
 
 Starts the server binary found on PATH (or in /usr/sbin) in a folder of our own, on 127.0.0.1
-with a free port and its own socket, so it never shares state with a system server. The folder
-is initialised on first use; a second start reuses it. `PrivateServer.stop()` shuts it down
+with a port of its own and its own socket, so it never shares state with a system server. The
+folder is initialised on first use; a second start reuses it, and its port too when that is still
+free (`remembered_ports`: a URL printed or written down stays good across restarts). `PrivateServer.stop()` shuts it down
 cleanly (SIGTERM, then SIGKILL after a grace period). `GaleraCluster` starts several such servers
 as the nodes of one Galera cluster on loopback (Debian's `galera-4` provider).
 """
@@ -53,6 +54,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_is_free(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:`port` (a port whose last connection is in TIME_WAIT is free:
+    the servers set SO_REUSEADDR, and so does this check)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def remembered_ports(path: Path, count: int) -> list[int]:
+    """`count` ports for the servers kept beside `path`: those written in `path` by an earlier
+    start when every one is still free, else fresh ones, written there for the next start."""
+    try:
+        ports = [int(word) for word in path.read_text().split()]
+    except (OSError, ValueError):
+        ports = []
+    if len(ports) == count and all(port_is_free(port) for port in ports):
+        return ports
+    ports = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(" ".join(map(str, ports)) + "\n")
+    return ports
+
+
 def _is_mariadb(binary: str) -> bool:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
     return "mariadb" in (out.stdout + out.stderr).lower()
@@ -96,7 +128,7 @@ class PrivateServer:
         if not (data / "mysql").is_dir():
             self._initialise(binary, data, mariadb)
         self._stop_leftover()
-        self.port = self.port or free_port()
+        self.port = self.port or remembered_ports(self.datadir / "port", 1)[0]
         args = [
             binary,
             "--no-defaults",
@@ -321,7 +353,9 @@ class GaleraCluster:
         self.folder = Path(self.folder).resolve()
         self.folder.mkdir(parents=True, exist_ok=True)
         os.chmod(self.folder, 0o755)  # a node's account must reach its own folder below this one
-        ports = [(free_port(), free_port(), free_port(), free_port()) for _ in range(self.size)]
+        # Each node's MySQL, group-communication, IST and SST ports, the same as last time when free.
+        flat = remembered_ports(self.folder / "ports", 4 * self.size)
+        ports = [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]
         members = ",".join(f"127.0.0.1:{group}" for _, group, _, _ in ports)
         fresh = not (self.folder / "node0" / "data" / "grastate.dat").exists()
         self.nodes = []

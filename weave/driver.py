@@ -12,7 +12,7 @@ the query text.
 
 This leans on PyMySQL internals (`Connection._read_query_result` makes a `MySQLResult`, whose
 `_get_descriptions` reads the packets), so the version is pinned in setup.cfg, and
-tests/test_driver.py compares the answers with stock PyMySQL's.
+tests/integration/test_driver.py compares the answers with stock PyMySQL's.
 """
 
 from __future__ import annotations

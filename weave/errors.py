@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+from typing import Sequence
 
 import falcon
 
@@ -70,6 +71,13 @@ class WeaveError(Exception):
         self.headers = headers or {}
 
 
+def refusal(code: Code, problems: Sequence) -> WeaveError:
+    """The error refusing a request for `problems` (at least one `weave.rules.problems.Problem`):
+    each one's pointer and message in `errors`, the first one's as the detail."""
+    errors = [{"pointer": p.pointer, "message": p.message} for p in problems]
+    return WeaveError(code, f"{errors[0]['pointer']}: {errors[0]['message']}", errors)
+
+
 def problem(code: Code, detail: str, errors: list[dict] | None = None) -> dict:
     return {
         "type": f"urn:weave:problem:{code.name}",
@@ -119,7 +127,7 @@ def install(app: falcon.App) -> None:
 
     def unavailable(req, resp, ex: db.Unavailable, params):
         log.warning("503 for %s %s: %s", req.method, req.path, ex)
-        _respond(resp, Code.UNAVAILABLE, "the database is busy; retry shortly", headers={"Retry-After": "1"})
+        _respond(resp, Code.UNAVAILABLE, f"{ex.what}; retry shortly", headers={"Retry-After": "1"})
 
     def invalid_value(req, resp, ex: db.InvalidValue, params):
         # Input that got past the API's own checks: the client's error, but ours to tighten.

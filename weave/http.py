@@ -88,7 +88,7 @@ class PathId:
 _NAME_64 = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _ROW_ID = re.compile(r"[0-9]{1,19}")  # the decimal string of a BIGINT UNSIGNED key
 
-# Every `{field}` of a route has a rule here (tests/test_path_ids.py walks the router), from
+# Every `{field}` of a route has a rule here (tests/integration/test_path_ids.py walks the router), from
 # docs/decisions.md "Identifiers and names". An id that breaks its rule names nothing that can
 # exist, so it is answered like an unknown route, before any SQL sees it: the id columns are ASCII
 # or binary, and the database refuses to compare them with other characters.
@@ -128,7 +128,7 @@ class Resource:
 
 
 class RequestId:
-    """Falcon middleware: every response carries `X-Request-Id` (SPEC §12), the client's when it
+    """Falcon middleware: every response carries `X-Request-Id` (docs/rules.md#operating), the client's when it
     sent a usable one (so a caller can follow its own id through logs), else a new random one.
     First in the stack, so that errors raised by the other middleware carry it too."""
 

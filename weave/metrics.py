@@ -1,4 +1,4 @@
-"""Prometheus metrics of the API and the scanner (SPEC §12; every one is described in docs/operations.md).
+"""Prometheus metrics of the API and the scanner (docs/rules.md#operating; each is described in docs/operations.md).
 
 Counters, gauges and histograms are recorded where things happen (the HTTP middleware, the
 resources, the connection pool, the retry loop, the scanner) into prometheus_client's default

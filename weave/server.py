@@ -45,6 +45,7 @@ makes those answers problem+json too (see ProblemErrorTask).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import heapq
 import logging
 import math
@@ -118,12 +119,17 @@ DETAIL_CHARS = 200  # waitress's own messages are short; the answer and the log 
 
 
 def serve(
-    config: Config, host: str, port: int, processes: int = 1, metrics_address: tuple[str, int] | None = None
+    config: Config,
+    host: str,
+    port: int,
+    processes: int = 1,
+    metrics_address: tuple[str, int] | None = None,
+    api: list[socket.socket] | None = None,
 ) -> None:
-    """Serve the API on `host:port` in `processes` processes; with `metrics_address`, /metrics on
-    that address instead of the API's port."""
-    api = _listeners(host, port, processes)
-    scrapes = _listeners(*metrics_address, processes) if metrics_address else [None] * processes
+    """Serve the API on `host:port` in `processes` processes (or on `api`, sockets from `listen`
+    already listening); with `metrics_address`, /metrics on that address instead of the API's port."""
+    api = api or listen(host, port, processes)
+    scrapes = listen(*metrics_address, processes) if metrics_address else [None] * processes
     if processes == 1:
         _run_worker(api[0], scrapes[0], config)
         return
@@ -136,7 +142,7 @@ def serve(
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _listeners(host: str, port: int, count: int) -> list[socket.socket]:
+def listen(host: str, port: int, count: int = 1) -> list[socket.socket]:
     """`count` listening sockets on `host:port`: one, or one per worker sharing the port (SO_REUSEPORT)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listeners = []
@@ -145,6 +151,13 @@ def _listeners(host: str, port: int, count: int) -> list[socket.socket]:
             listeners.append(socket.create_server((host, port), family=family, backlog=BACKLOG, reuse_port=count > 1))
             port = listeners[0].getsockname()[1]  # port 0 picked a free port: the others join it
     except OSError as exc:
+        for listener in listeners:
+            listener.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise SystemExit(
+                f"weave: cannot listen on {host}:{port}: another program is using that port; stop it, "
+                "or choose another with --port"
+            ) from None
         raise SystemExit(f"weave: cannot listen on {host}:{port}: {exc}") from None
     return listeners
 

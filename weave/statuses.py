@@ -1,7 +1,8 @@
-"""The statuses of Weave's rows, spelt exactly as SPEC §1 spells them (the API and the database use
-these words). Each is a `StrEnum`: a member is its own text, so it compares equal to what a row
-holds. Migration 0015 makes the database refuse any other value (`CHECKS`), and
-tests/test_statuses.py compares these enums with the constraints and with SPEC §1."""
+"""The statuses of Weave's rows, spelt exactly as docs/rules.md#statuses spells them (the API and
+the database use these words). Each is a `StrEnum`: a member is its own text, so it compares equal
+to what a row holds. Migration 0015 makes the database refuse any other value (`CHECKS`);
+tests/integration/test_statuses.py compares these enums with the constraints,
+tests/unit/test_docs_rules.py with docs/rules.md."""
 
 from __future__ import annotations
 

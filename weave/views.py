@@ -1,4 +1,4 @@
-"""Representations: plain facts read by `sql/` shaped into the pinned JSON of SPEC §11."""
+"""Representations: plain facts read by `sql/` shaped into the pinned JSON of docs/rules.md#api."""
 
 from __future__ import annotations
 
@@ -10,13 +10,18 @@ from weave.sql.tasks import ClaimedTask
 from weave.times import rfc3339
 
 
-def definition_view(definition: Definition, with_document: bool = False) -> dict:
-    view = {
-        "name": definition.name,
-        "version": definition.version,
-        "digest": definition.digest,
-        "created_at": rfc3339(definition.created_at),
+def definition_summary_view(row: dict) -> dict:
+    """A definition as published and listed: `{"name", "version", "digest", "created_at"}`."""
+    return {
+        "name": row["name"],
+        "version": row["version"],
+        "digest": row["digest"],
+        "created_at": rfc3339(row["created_at"]),
     }
+
+
+def definition_view(definition: Definition, with_document: bool = False) -> dict:
+    view = definition_summary_view(vars(definition))
     if with_document:
         view["document"] = Raw(definition.document_text)
     return view

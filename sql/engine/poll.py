@@ -1,4 +1,4 @@
-"""POLL steps (SPEC §7): query rounds on the step's queue race a final signal, decided by the facts'
+"""POLL steps (docs/rules.md#poll): query rounds on the step's queue race a final signal, decided by the facts'
 times (`weave.rules.poll`) whichever path looks first: a round's report (its inbox event), the
 wait's checkpoint, or the instance's ROOT look (`look_at_poll`, the one place they all come to)."""
 

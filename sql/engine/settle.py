@@ -1,5 +1,5 @@
 """Settling a step and moving the instance, with their events and audit records, and the gate
-(I3, I4): the writes every step kind's outcome, control and review come down to."""
+(I3, I4, I6): the writes every step kind's outcome, control and review come down to."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from weave.rules import gate
 from weave.sql import activations, audit, checkpoints, events, instances
+from weave.times import rfc3339
 from weave.tx import Tx
 
 # A disabled application blocks new work; nothing announces its re-enabling, so look again later.
@@ -51,12 +52,13 @@ def move_instance(
     review_reason: str | None,
     actor: str,
     event_data: dict | None = None,
+    event_type: str | None = None,
 ) -> dict:
-    """Move the locked instance to (status, gate, review_reason) with its event and audit record;
-    returns the instance as it is afterwards."""
+    """Move the locked instance to (status, gate, review_reason) with its event (`WORKFLOW_<status>`
+    unless `event_type` names it) and audit record; returns the instance as it is afterwards."""
     moved = instances.move(tx, instance, status, gate_state, review_reason)
     data = {"status": status, "gate": gate_state, "review_reason": review_reason, **(event_data or {})}
-    events.append(tx, instance["id"], f"WORKFLOW_{status}", data)
+    events.append(tx, instance["id"], event_type or f"WORKFLOW_{status}", data)
     audit.record(
         tx,
         instance["namespace_id"],
@@ -68,14 +70,35 @@ def move_instance(
     return moved
 
 
+def _gate_facts(tx: Tx, instance: dict) -> gate.GateFacts:
+    return gate.GateFacts(
+        instance["status"], instance["gate"], instance["application_status"], instance["deadline_at"], tx.now()
+    )
+
+
+def close_at_deadline(tx: Tx, instance: dict, actor: str) -> dict:
+    """I6: a look at a running instance past its total deadline closes its gate, with a
+    DEADLINE_PASSED event, so that the gate shown is the gate in force; the work already started
+    goes on (its results are collected, S2.4) and what needs new work goes to review (I4). Once
+    only: the gate is closed afterwards. Returns the instance as it is afterwards."""
+    if not gate.passes_deadline(_gate_facts(tx, instance)):
+        return instance
+    return move_instance(
+        tx,
+        instance,
+        instance["status"],
+        gate.CLOSED,
+        instance["review_reason"],
+        actor,
+        {"deadline_at": rfc3339(instance["deadline_at"])},
+        event_type="DEADLINE_PASSED",
+    )
+
+
 def new_work(tx: Tx, instance: dict, actor: str) -> str:
     """May the instance start new work now (I3)? Past its total deadline it goes to review (I4);
     held back by a disabled application, it looks again later (nothing announces re-enabling)."""
-    verdict = gate.new_work(
-        gate.GateFacts(
-            instance["status"], instance["gate"], instance["application_status"], instance["deadline_at"], tx.now()
-        )
-    )
+    verdict = gate.new_work(_gate_facts(tx, instance))
     if verdict == gate.DEADLINE_EXCEEDED:
         move_instance(tx, instance, "NEEDS_REVIEW", gate.CLOSED, "DEADLINE_EXCEEDED", actor)
     elif verdict == gate.HOLD and instance["application_status"] != "ACTIVE" and instance["status"] == "RUNNING":

@@ -1,4 +1,4 @@
-"""SIGNAL steps (SPEC §6): activation opens the step's wait; the wait's looks take its winner among
+"""SIGNAL steps (docs/rules.md#s2): activation opens the step's wait; the wait's looks take its winner among
 the generation's signals, turn down what cannot win, or expire it at its deadline (S2.2-S2.8).
 
 The wait's pieces (opening it, adjudicating, taking the winner, the acceptance proof, expiry) are

@@ -13,7 +13,7 @@ SCANNER = "system:scanner"
 
 @dataclass(frozen=True)
 class Step:
-    """One step of a pinned definition (SPEC §2), as the engine reads it."""
+    """One step of a pinned definition (docs/rules.md#definitions), as the engine reads it."""
 
     index: int
     key: str

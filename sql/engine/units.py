@@ -1,5 +1,5 @@
 """The engine's transaction entry points: the scanner's looks (`process_checkpoint`,
-`consume_inbox_event`) and the API's operator actions (`control`, R1; `review`, R2, R3).
+`consume_inbox_event`) and the API's operator actions (`control`, R1; `review`, R2-R4).
 
 Each is one unit of work: it locks the instance first, then what hangs off it in the global order
 (instance -> activation -> wait -> signals -> tasks), and commits; one that decides nothing is
@@ -7,6 +7,7 @@ rolled back (`weave.tx.Tx.decided`)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from weave import jsontext
@@ -17,10 +18,11 @@ from weave.rules import control as control_rules
 from weave.rules import gate
 from weave.rules import review as review_rules
 from weave.rules import signals as signal_rules
-from weave.sql import activations, audit, checkpoints, inbox, instances, signals, tasks, waits
+from weave.sql import activations, audit, checkpoints, events, inbox, instances, signals, tasks, waits
 from weave.sql.engine import moves, settle
 from weave.sql.engine.steps import SCANNER, Step, named, of_instance
 from weave.sql.instances import WorkflowFacts
+from weave.times import rfc3339
 from weave.tx import Tx
 
 # ---- the scanner's units ----------------------------------------------------------------------------
@@ -38,7 +40,9 @@ def process_checkpoint(tx: Tx, checkpoint_id: int) -> str | None:
     checkpoints.delete(tx, checkpoint_id)
     if checkpoint["kind"] == "WAIT":
         return moves.consume_wait(tx, instance, checkpoint["wait_id"], SCANNER)
-    return moves.advance(tx, instance)
+    # Every ROOT look closes the gate of a running instance past its deadline (I6), the one due at
+    # the deadline first of all; then the instance advances with the gate in force.
+    return moves.advance(tx, settle.close_at_deadline(tx, instance, SCANNER))
 
 
 @unit_of_work
@@ -72,7 +76,8 @@ def control(tx: Tx, principal: Principal, workflow_id: str, action: str, reason:
     instance = instances.lock(tx, instance_id)
     if instances.decided_by_lost_commit(tx, instance, f"workflow.{action}"):
         return instances.read_facts(tx, namespace_id, workflow_id)
-    target = control_rules.transition(action, instance["status"])
+    deadline_passed = tx.now() >= instance["deadline_at"]
+    target = control_rules.transition(action, instance["status"], deadline_passed)
     if target is None:
         raise WeaveError(Code.INVALID_STATE, f"cannot {action} a workflow that is {instance['status']}")
     if action == "cancel":
@@ -111,12 +116,21 @@ def _end_steps(tx: Tx, instance: dict, status: str, actor: str) -> None:
 
 @unit_of_work
 def review(
-    tx: Tx, principal: Principal, workflow_id: str, action: str, step_key: str | None, result: Any, reason: str
+    tx: Tx,
+    principal: Principal,
+    workflow_id: str,
+    action: str,
+    step_key: str | None,
+    result: Any,
+    reason: str,
+    deadline_seconds: int | None = None,
 ) -> WorkflowFacts:
-    """R2: an operator repairs an instance in NEEDS_REVIEW: retry a step (a new generation),
-    complete it with a result, fail the instance or cancel it. One transaction, audited with the
-    reason and the generations before and after; 409 INVALID_STATE or TASK_IN_FLIGHT when refused.
-    `result` is the operator's value for complete_step (`weave.rules.signals.ABSENT` when not given)."""
+    """R2, R4: an operator repairs an instance in NEEDS_REVIEW: retry a step (a new generation),
+    complete it with a result, fail the instance or cancel it; or sets a new total deadline
+    (`extend_deadline`, `deadline_seconds` from now) of one that has not ended. One transaction,
+    audited with the reason and the generations (or deadlines) before and after; 409 INVALID_STATE
+    or TASK_IN_FLIGHT when refused. `result` is the operator's value for complete_step
+    (`weave.rules.signals.ABSENT` when not given)."""
     instance_id = instances.addressed(tx, principal, workflow_id)["id"]
     instance = instances.lock(tx, instance_id)
     if instances.decided_by_lost_commit(tx, instance, "workflow.review"):
@@ -128,7 +142,9 @@ def review(
             f"/step_key: the pinned definition has no step {step_key!r}",
             [{"pointer": "/step_key", "message": "no such step in the pinned definition"}],
         )
-    latest = activations.latest(tx, instance_id).get(step_key) if action in review_rules.STEP_ACTIONS else None
+    latest_of = activations.latest(tx, instance_id)
+    under_review = next((key for key, a in latest_of.items() if a["status"] == "NEEDS_REVIEW"), None)
+    latest = latest_of.get(step_key) if action in review_rules.STEP_ACTIONS else None
     activation = wait = None
     running = False
     if latest is not None:  # in lock order: activation, wait, the generation's signals, tasks
@@ -140,17 +156,24 @@ def review(
         review_rules.ReviewFacts(
             action,
             instance["status"],
+            step_key,
             activation["status"] if activation else None,
             running,
             gate.new_work(
                 gate.GateFacts("RUNNING", gate.OPEN, instance["application_status"], instance["deadline_at"], tx.now())
             ),
+            under_review,
+            instance["review_reason"],
         )
     )
     if refused:
         raise WeaveError(Code[refused.code], refused.detail)
     actor = principal.actor
-    data = {"action": action, "reason": reason, "step": step_key}
+    data = {"action": action, "reason": reason}
+    if action == review_rules.EXTEND_DEADLINE:
+        _extend_deadline(tx, instance, deadline_seconds, under_review, actor, data)
+    else:
+        data["step"] = step_key
     if action == review_rules.COMPLETE_STEP:
         result_text = _operator_result(step, result)
         _close_generation(tx, instance, activation, wait, "STEP_SETTLED", wait_status="CANCELLED")
@@ -161,12 +184,21 @@ def review(
         settle.settle_step(tx, instance, activation, "SUPERSEDED", None, None, actor, from_status="NEEDS_REVIEW")
         data.update(from_sequence=activation["activation_sequence"], to_sequence=activation["activation_sequence"] + 1)
     if action in review_rules.STEP_ACTIONS:
-        instance = settle.move_instance(tx, instance, "RUNNING", gate.OPEN, None, actor, {"review": data})
+        # complete_step past the deadline: the gate stays closed and the next step goes to review (I4)
+        instance = settle.move_instance(
+            tx,
+            instance,
+            "RUNNING",
+            gate.in_force("RUNNING", instance["deadline_at"], tx.now()),
+            None,
+            actor,
+            {"review": data},
+        )
         if action == review_rules.RETRY_STEP:
             moves.activate(tx, instance, step, activation["activation_sequence"] + 1, actor)
         else:
             moves.advance(tx, instance, actor)
-    else:
+    elif action in (review_rules.FAIL, review_rules.CANCEL):
         ended = "FAILED" if action == review_rules.FAIL else "CANCELLED"
         _end_steps(tx, instance, ended, actor)
         settle.move_instance(tx, instance, ended, gate.CLOSED, None, actor, {"review": data})
@@ -180,6 +212,27 @@ def review(
         credential_id=principal.credential_id,
     )
     return instances.read_facts(tx, principal.namespace_id, workflow_id)
+
+
+def _extend_deadline(
+    tx: Tx, instance: dict, deadline_seconds: int, under_review: str | None, actor: str, data: dict
+) -> None:
+    """R4: the locked instance's total deadline is `deadline_seconds` from now, with a
+    DEADLINE_EXTENDED event and a ROOT checkpoint at the new deadline (I6); the gate reopens if
+    nothing else holds it closed, and an instance that only time had stopped (I4) goes on at once.
+    Step deadlines stay; signals keep their `expires_at` (S2.7). `data` gains both deadlines."""
+    deadline_at = tx.now() + timedelta(seconds=deadline_seconds)
+    data.update(previous_deadline_at=rfc3339(instance["deadline_at"]), deadline_at=rfc3339(deadline_at))
+    instance = instances.set_deadline(tx, instance, deadline_at)
+    events.append(tx, instance["id"], "DEADLINE_EXTENDED", data)
+    checkpoints.schedule_root(tx, instance["id"], deadline_at)
+    target = review_rules.after_extension(instance["status"], instance["review_reason"], under_review)
+    if (target.status, target.gate) == (instance["status"], instance["gate"]):
+        return
+    resumed = target.status != instance["status"]
+    instance = settle.move_instance(tx, instance, target.status, target.gate, None, actor, {"review": data})
+    if resumed:
+        moves.advance(tx, instance, actor)  # the step the deadline held back starts now
 
 
 def _operator_result(step: Step, result: Any) -> str:

@@ -1,7 +1,8 @@
-"""The `weave` command: migrate, serve, scan, dev and admin (SPEC §12); `workflow` and `signal`
-talk to a running server through the SDK (`client`). One module per family: `args` (every
-argument checked while the line is parsed), `serve` (serve, scan), `admin` (migrate, admin),
-`dev` (everything on one machine), `client` (workflow, signal over HTTP).
+"""The `weave` command: migrate, serve, scan, dev and admin (docs/rules.md#operating); `workflow`,
+`signal` and `definition` talk to a running server through the SDK. One module per family:
+`args` (every argument checked while the line is parsed), `serve` (serve, scan), `admin`
+(migrate, admin), `dev` (everything on one machine), `client` (workflow, signal over HTTP),
+`definitions` (definition over HTTP).
 
 The server-side commands take the database from WEAVE_DATABASE_URL or --database-url; `dev`
 starts a private server in ./.weave/ when neither is given.
@@ -12,8 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+import weave
 from weave import auth, logs, migrate
 from weave.cli import client as cli_client
+from weave.cli import definitions as cli_definitions
 from weave.cli.admin import (
     cmd_app_create,
     cmd_app_status,
@@ -40,7 +43,14 @@ from weave.cli.args import (
     _scan_threads,
     _signals_per_minute,
 )
-from weave.cli.dev import DEV_DEFINITION, DEV_POLL_DEFINITION, DEV_POLL_INTERVAL, cmd_dev  # noqa: F401  (tests, docs)
+from weave.cli.dev import (  # noqa: F401  (tests, docs)
+    DEV_DEFINITION,
+    DEV_POLL_DEFINITION,
+    DEV_POLL_INTERVAL,
+    DEV_REVIEW_DEFINITION,
+    DEV_REVIEW_WAIT,
+    cmd_dev,
+)
 from weave.cli.serve import _server_config, cmd_scan, cmd_serve  # noqa: F401  (_server_config: tests)
 from weave.config import (
     BODIES_BUFFERED,
@@ -68,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     as_json.add_argument("--json", action="store_true", help="print one JSON object")
 
     parser = argparse.ArgumentParser(prog="weave", description="Durable workflows on MySQL.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {weave.__version__}")
+    # Not required: a bare `weave` prints this help (main), as a bare `pip` does.
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = commands.add_parser("migrate", parents=[common], help="apply pending schema migrations")
     p.set_defaults(run=cmd_migrate)
@@ -218,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_credential_revoke)
 
     cli_client.add_commands(commands)
+    cli_definitions.add_commands(commands)
     return parser
 
 
@@ -235,6 +248,9 @@ def _log_format_argument(p: argparse.ArgumentParser, default: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # a bare `weave`: what it can do, on stdout, and success
+        parser.print_help()
+        return 0
     # One line per record, escaped: logged values may come from clients.
     logs.install(getattr(args, "log_format", "text"))
     _resolve_database_url(parser, args)

@@ -5,9 +5,10 @@ These commands talk to a running Weave over HTTP with a token, never to the data
     weave workflow start DEFINITION --version N --input JSON --deadline-seconds S [--id WORKFLOW_ID]
     weave workflow list [--status S] [--definition NAME]
     weave workflow show ID                  steps, waits, tasks, results and signals, as tables
-    weave workflow events ID
+    weave workflow events ID                every member of each event's data, wrapped; decisions first
     weave workflow pause|resume|cancel ID --reason TEXT
     weave workflow review ID --action retry_step|complete_step|fail|cancel [--step KEY] [--result JSON] --reason TEXT
+    weave workflow review ID --action extend_deadline --deadline-seconds S --reason TEXT
     weave signal send ID --step KEY --name NAME --payload-version V --correlation-key K
                          [--sequence N] [--payload JSON] [--evidence-ref REF] [--idempotency-key KEY] --reason TEXT
     weave signal list ID [--status S]
@@ -17,7 +18,8 @@ The server, token and namespace come from `--url`/`WEAVE_URL` (default http://12
 `--token`/`WEAVE_TOKEN` and `--namespace`/`WEAVE_NAMESPACE`. A JSON argument is given inline or
 as `@file.json` (`@-` reads standard input) and is sent exactly (decimals and member order kept).
 `--json` prints what the server answered as one JSON object instead of tables. An error answer
-prints its problem code, detail and pointers to standard error and exits 1.
+prints its problem code, detail and pointers to standard error and exits 1. `weave definition …`
+is in `weave.cli.definitions`, on the helpers here.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -32,11 +35,28 @@ from typing import Any, Callable
 from weave import sdk
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-JSON_CELL_MAX_CHARS = 60  # results, inputs, event data: the first characters say enough
+JSON_CELL_MAX_CHARS = 60  # results, inputs, a value of event data: the first characters say enough
+# `workflow events` shows every member of an event's data, wrapped at this width: these first, as
+# they say what was decided and why (a POLL decision and its rule, a task's outcome).
+EVENT_DATA_WIDTH = 72
+EVENT_FIELDS_FIRST = (
+    "decision",
+    "rule",
+    "outcome",
+    "report",
+    "status",
+    "gate",
+    "review_reason",
+    "disposition",
+    "step",
+    "activation_sequence",
+    "round",
+    "signal_id",
+)
 TEXT_CELL_MAX_CHARS = 120
 WORKFLOW_STATUSES = ("RUNNING", "PAUSED", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED")
 SIGNAL_STATUSES = ("PENDING", "CONSUMED", "REJECTED", "EXPIRED")
-REVIEW_ACTIONS = ("retry_step", "complete_step", "fail", "cancel")
+REVIEW_ACTIONS = ("retry_step", "complete_step", "fail", "cancel", "extend_deadline")
 
 
 # ---- arguments ------------------------------------------------------------------------------------
@@ -72,8 +92,12 @@ def _client(args) -> sdk.Client | None:
     return sdk.Client(url, token, namespace, timeout=args.timeout)
 
 
-def _command(run: Callable[[sdk.Client, argparse.Namespace], None]) -> Callable[[argparse.Namespace], int]:
-    """A command that prints a problem answer (code, detail, pointers) and exits 1 on it."""
+def _command(
+    run: Callable[[sdk.Client, argparse.Namespace], None],
+    what_now: Callable[[sdk.Client, argparse.Namespace, sdk.WeaveError], list[str]] | None = None,
+) -> Callable[[argparse.Namespace], int]:
+    """A command that prints a problem answer (code, detail, pointers, and the commands `what_now`
+    suggests instead) and exits 1 on it."""
 
     def command(args) -> int:
         client = _client(args)
@@ -86,6 +110,8 @@ def _command(run: Callable[[sdk.Client, argparse.Namespace], None]) -> Callable[
             print(f"weave: {exc.code}: {exc.detail}", file=sys.stderr)
             for error in exc.errors:
                 print(f"  {error.get('pointer') or '/'}: {error.get('message', '')}", file=sys.stderr)
+            for line in what_now(client, args, exc) if what_now else ():
+                print(f"  what now: {line}", file=sys.stderr)
             return 1
         return 0
 
@@ -111,17 +137,46 @@ def _cell(value: Any) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def table(headers: list[str], rows: list[list[Any]]) -> str:
-    """Left-aligned columns, two spaces apart; cells are shortened to one line."""
-    cells = [[_cell(value) for value in row] for row in rows]
-    widths = [max(len(row[i]) for row in [headers, *cells]) for i in range(len(headers))]
-    lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in [headers, *cells]]
+def table(headers: list[str], rows: list[list[Any]], wrap: int | None = None) -> str:
+    """Left-aligned columns, two spaces apart; cells are shortened to one line. With `wrap`, the
+    last column (text) is not shortened but wrapped at that many characters, its further lines
+    under its first."""
+    if wrap is None:
+        cells = [[_cell(value) for value in row] for row in rows]
+    else:
+        cells = [
+            [*map(_cell, row[:-1]), "\n".join(textwrap.wrap(row[-1], wrap, break_on_hyphens=False))] for row in rows
+        ]
+    widths = [max(len(row[i].split("\n", 1)[0]) for row in [headers, *cells]) for i in range(len(headers))]
+    indent = " " * (sum(widths[:-1]) + 2 * (len(widths) - 1))
+    lines = []
+    for row in [headers, *cells]:
+        head, *more = row[-1].split("\n") if row[-1] else ["-"]
+        lines.append("  ".join(text.ljust(width) for text, width in zip([*row[:-1], head], widths)).rstrip())
+        lines += [indent + line for line in more]
     return "\n".join(lines)
 
 
 def _status_line(workflow: sdk.Workflow) -> str:
     reason = f" ({workflow.review_reason})" if workflow.review_reason else ""
     return f"workflow {workflow.workflow_id}: {workflow.status}{reason}, gate {workflow.gate}"
+
+
+def _what_now(workflow: sdk.Workflow) -> list[str]:
+    """The commands that repair a workflow in NEEDS_REVIEW, for a person reading `show` or a refused
+    review: the step under review's, or, when the workflow stopped at its total deadline before a
+    step started (no step under review), a new deadline; failing or cancelling it always."""
+    if workflow.status != "NEEDS_REVIEW":
+        return []
+    command = f"weave workflow review {workflow.workflow_id}"
+    under_review = next((step.key for step in workflow.steps if step.status == "NEEDS_REVIEW"), None)
+    if under_review is not None:
+        first = f"{command} --action retry_step|complete_step --step {under_review} [--result JSON] --reason TEXT"
+    elif workflow.review_reason == "DEADLINE_EXCEEDED":
+        first = f"{command} --action extend_deadline --deadline-seconds S --reason TEXT   (it then goes on)"
+    else:
+        first = None
+    return [line for line in (first, f"{command} --action fail|cancel --reason TEXT") if line]
 
 
 def _wait_cell(wait: sdk.Wait | None) -> str | None:
@@ -135,6 +190,12 @@ def _task_cell(task: sdk.StepTask | None) -> str | None:
     return None if task is None else f"{task.task_id} {task.status} attempt {task.attempt}"
 
 
+def disposition(signal: sdk.Receipt) -> str | None:
+    """A signal's disposition as shown: `won` for the one a wait took (CONSUMED, whose disposition is
+    null: nothing kept it from being used)."""
+    return "won" if signal.status == "CONSUMED" and signal.disposition is None else signal.disposition
+
+
 def _signal_rows(signals: list[sdk.Signal]) -> str:
     return table(
         ["SIGNAL", "NAME", "STEP", "SEQ", "STATUS", "DISPOSITION", "ACCEPTED", "CORRELATION", "ACTOR"],
@@ -145,7 +206,7 @@ def _signal_rows(signals: list[sdk.Signal]) -> str:
                 s.target_step_key,
                 str(s.target_activation_sequence),
                 s.status,
-                s.disposition,
+                disposition(s),
                 _time(s.accepted_at),
                 s.correlation_key,
                 s.actor,
@@ -196,6 +257,8 @@ def workflow_show(client: sdk.Client, args) -> None:
         _print_json({"workflow": workflow.raw, "signals": [s.raw for s in signals]})
         return
     print(_status_line(workflow))
+    for line in _what_now(workflow):
+        print(f"  what now: {line}")
     print(f"definition {workflow.definition} v{workflow.version}, created {_time(workflow.created_at)}, ", end="")
     print(f"deadline {_time(workflow.deadline_at)}")
     print(f"input {_cell(workflow.input)}")
@@ -227,7 +290,24 @@ def workflow_events(client: sdk.Client, args) -> None:
     if args.json:
         _print_json({"events": [e.raw for e in events]})
         return
-    print(table(["SEQ", "AT", "TYPE", "DATA"], [[str(e.seq), _time(e.at), e.type, e.data] for e in events]))
+    rows = [[str(e.seq), _time(e.at), e.type, event_data(e.data)] for e in events]
+    print(table(["SEQ", "AT", "TYPE", "DATA"], rows, wrap=EVENT_DATA_WIDTH))
+
+
+def event_data(data: Any) -> str:
+    """An event's data as `name=value` pairs, what it tells first (`EVENT_FIELDS_FIRST`), each value
+    on one line and cut at `JSON_CELL_MAX_CHARS`: a decision, a rule or an outcome is never cut."""
+    if not isinstance(data, dict):
+        return _cell(data)
+    order = {name: i for i, name in enumerate(EVENT_FIELDS_FIRST)}
+    names = sorted(data, key=lambda name: order.get(name, len(order)))  # stable: the rest as recorded
+    return " ".join(f"{name}={_value(data[name])}" for name in names)
+
+
+def _value(value: Any) -> str:
+    plain = isinstance(value, str) and value and not any(c.isspace() or c in '"=' for c in value)
+    text = value if plain else " ".join(sdk.dumps(value).split())
+    return text if len(text) <= JSON_CELL_MAX_CHARS else text[: JSON_CELL_MAX_CHARS - 1] + "…"
 
 
 def workflow_control(client: sdk.Client, args) -> None:
@@ -236,8 +316,20 @@ def workflow_control(client: sdk.Client, args) -> None:
 
 
 def workflow_review(client: sdk.Client, args) -> None:
-    workflow = client.review(args.workflow_id, args.review_action, args.reason, step_key=args.step, result=args.result)
+    workflow = client.review(
+        args.workflow_id,
+        args.review_action,
+        args.reason,
+        step_key=args.step,
+        result=args.result,
+        deadline_seconds=args.deadline_seconds,
+    )
     _print_workflow(workflow, args)
+
+
+def review_refused(client: sdk.Client, args, exc: sdk.WeaveError) -> list[str]:
+    """A review refused as things stand (INVALID_STATE): what can be done instead."""
+    return _what_now(client.get_workflow(args.workflow_id)) if exc.code == "INVALID_STATE" else []
 
 
 def _print_workflow(workflow: sdk.Workflow, args) -> None:
@@ -263,12 +355,29 @@ def signal_send(client: sdk.Client, args) -> None:
     if args.json:
         _print_json(receipt.raw)
         return
-    disposition = f" ({receipt.disposition})" if receipt.disposition else ""
     replayed = ", a replay of the first send" if receipt.replayed else ""
     print(
-        f"signal {receipt.signal_id}: {receipt.status}{disposition}, accepted {_time(receipt.accepted_at)}, "
+        f"signal {receipt.signal_id}: {_state(receipt)}, accepted {_time(receipt.accepted_at)}, "
         f"idempotency key {receipt.idempotency_key}{replayed}"
     )
+    if receipt.replayed:  # S1.7: the receipt is the first acceptance's, frozen; the signal has moved on since
+        print(f"  that receipt is frozen at the first acceptance; the signal now: {_current_state(client, receipt)}")
+
+
+def _state(signal: sdk.Receipt) -> str:
+    shown = disposition(signal)
+    return f"{signal.status} ({shown})" if shown else str(signal.status)
+
+
+def _current_state(client: sdk.Client, receipt: sdk.Receipt) -> str:
+    """The signal's current status and disposition (one GET), or why it could not be read: a
+    credential that may send a signal need not be one that may read it."""
+    try:
+        return _state(client.get_signal(receipt.workflow_id, receipt.signal_id))
+    except sdk.Forbidden:
+        return "not readable with this token (reading needs workflows:read)"
+    except sdk.WeaveError as exc:
+        return f"could not be read ({exc.code}: {exc.detail})"
 
 
 def signal_list(client: sdk.Client, args) -> None:
@@ -284,7 +393,8 @@ def signal_show(client: sdk.Client, args) -> None:
     if args.json:
         _print_json(signal.raw)
         return
-    rows = [[name, value] for name, value in signal.raw.items() if name != "payload"]
+    shown = {**signal.raw, "disposition": disposition(signal)}
+    rows = [[name, value] for name, value in shown.items() if name != "payload"]
     rows.append(["payload", "(absent)" if signal.payload is sdk.ABSENT else sdk.dumps(signal.payload)])
     print(table(["FIELD", "VALUE"], rows))
 
@@ -292,14 +402,20 @@ def signal_show(client: sdk.Client, args) -> None:
 # ---- parser ---------------------------------------------------------------------------------------
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
-    """Add `workflow` and `signal` to the `weave` command's subcommands."""
+def remote_arguments() -> argparse.ArgumentParser:
+    """The arguments of every command that talks to a server (a parent parser)."""
     remote = argparse.ArgumentParser(add_help=False)
     remote.add_argument("--url", help=f"Weave's base URL (default: $WEAVE_URL or {DEFAULT_URL})")
     remote.add_argument("--token", help="bearer token (default: $WEAVE_TOKEN; prefer the variable)")
     remote.add_argument("--namespace", help="namespace (default: $WEAVE_NAMESPACE)")
     remote.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
     remote.add_argument("--json", action="store_true", help="print the server's answer as one JSON object")
+    return remote
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Add `workflow` and `signal` to the `weave` command's subcommands."""
+    remote = remote_arguments()
 
     workflow = commands.add_parser("workflow", help="list, show and control workflows through the API")
     actions = workflow.add_subparsers(dest="action", required=True)
@@ -327,15 +443,20 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         p.add_argument("workflow_id")
         p.add_argument("--reason", required=True, help="why (audited)")
         p.set_defaults(run=_command(workflow_control))
-    p = actions.add_parser("review", parents=[remote], help="repair a workflow in NEEDS_REVIEW (R2)")
+    p = actions.add_parser(
+        "review", parents=[remote], help="repair a workflow in NEEDS_REVIEW (R2), or give it a new deadline (R4)"
+    )
     p.add_argument("workflow_id")
     p.add_argument("--action", dest="review_action", required=True, choices=REVIEW_ACTIONS)
     p.add_argument("--step", help="the step under review (retry_step, complete_step)")
     p.add_argument(
         "--result", type=json_argument, default=sdk.ABSENT, help="complete_step: the step's result, JSON or @file"
     )
+    p.add_argument(
+        "--deadline-seconds", type=int, help="extend_deadline: the new total deadline, seconds from now (1 s-366 days)"
+    )
     p.add_argument("--reason", required=True, help="why (audited)")
-    p.set_defaults(run=_command(workflow_review))
+    p.set_defaults(run=_command(workflow_review, review_refused))
 
     signal = commands.add_parser("signal", help="send and read signals through the API")
     actions = signal.add_subparsers(dest="action", required=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shlex
 import sys
 import threading
@@ -70,10 +72,87 @@ DEV_POLL_DEFINITION = {
         },
     ],
 }
+# The README's repair walk-through: a refund waits for its approval (SIGNAL) for only a few seconds,
+# so that a workflow reaches review by itself, soon, and an operator repairs it.
+DEV_REVIEW_WAIT = 10
+DEV_REVIEW_DEFINITION = {
+    "name": "refund",
+    "steps": [
+        {
+            "key": "approve",
+            "type": "SIGNAL",
+            "timeout_seconds": DEV_REVIEW_WAIT,
+            "correlation": "/input/refund_id",
+            "signal": {
+                "name": "refund.approved",
+                "payload_version": "v1",
+                "payload_schema": {
+                    "type": "object",
+                    "required": ["approved_by"],
+                    "properties": {"approved_by": {"type": "string"}},
+                },
+            },
+        },
+    ],
+}
+DEV_DEFINITIONS = (DEV_DEFINITION, DEV_POLL_DEFINITION, DEV_REVIEW_DEFINITION)
+OPS_SCOPES = frozenset({"workflows:read", "workflows:review", "workflows:control"})
+DEV_LOCK = DEV_DIR / "dev.lock"  # held by the running `weave dev` of this folder: its pid and URL
+DEV_ENV = DEV_DIR / "env"  # the database's URL and the tokens, for a shell
 
 
 def cmd_dev(args) -> int:
     _exit_on_sigterm()
+    # In this order, so that a second `weave dev` here, or a port in use, changes nothing: the
+    # folder's lock, then the port, then the database and the tokens.
+    lock = _hold_folder()
+    if lock is None:
+        return 1
+    try:
+        (listener,) = server.listen(args.host, args.port)
+        base = f"http://{args.host}:{listener.getsockname()[1]}"
+        _write_holder(lock, base)
+        with listener:
+            return _run(args, listener, base)
+    finally:
+        os.close(lock)  # after the database has stopped: the next `weave dev` here may start it
+
+
+def _hold_folder() -> int | None:
+    """The lock of `./.weave/` (fcntl.flock on DEV_LOCK), held until this process ends however it
+    ends: a second `weave dev` in the same folder finds it held, says who holds it and stops. A pid
+    file alone would outlive a killed process and name a pid that may be another program's."""
+    DEV_DIR.mkdir(exist_ok=True)
+    lock = os.open(DEV_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_holder(lock)
+        os.close(lock)
+        print(
+            f"Weave is already running from this folder ({holder}): use that one, stop it first, "
+            "or start another in another folder",
+            file=sys.stderr,
+        )
+        return None
+    _write_holder(lock, None)
+    return lock
+
+
+def _write_holder(lock: int, url: str | None) -> None:
+    os.ftruncate(lock, 0)
+    os.pwrite(lock, json.dumps({"pid": os.getpid(), "url": url}).encode(), 0)
+
+
+def _read_holder(lock: int) -> str:
+    try:
+        holder = json.loads(os.pread(lock, 4096, 0))
+        return f"pid {int(holder['pid'])}, {holder['url'] or 'not listening yet'}"
+    except (ValueError, KeyError, TypeError):  # written between our read and its write
+        return "starting"
+
+
+def _run(args, listener, base: str) -> int:
     url = scanner_url = args.database_url
     database_server = None
     if url is None and args.cluster:
@@ -92,28 +171,30 @@ def cmd_dev(args) -> int:
         migrate.ensure_database(url)
         migrate.apply(url)
         database = Database(url)
-        client_token, worker_token = _dev_tenant(database)
-        base = f"http://{args.host}:{args.port}"
-        exports = {
-            "WEAVE_URL": base,
-            "WEAVE_NAMESPACE": DEV_NAMESPACE,
-            "WEAVE_TOKEN": client_token,
-            "WEAVE_WORKER_TOKEN": worker_token,
-        }
+        tokens = _dev_tenant(database)
+        exports = {"WEAVE_URL": base, "WEAVE_NAMESPACE": DEV_NAMESPACE, **tokens}
+        env_file = _write_env(url, exports)
         start = json.dumps({"order_id": "o-1"})
         print(f"Weave dev: {base}  (database {url.yoyo_url()})")
+        print(f"review console: {base}/console/  (sign in with the client or the operator token)")
         if args.cluster and args.database_url is None:
             print(f"Galera cluster of {args.cluster} nodes (WEAVE_DATABASE_URL for more processes): {url.url()}")
         print(
-            f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definitions order v1 (reserve -> payment -> ship) "
-            f"and shipment v1 (track: POLL, {DEV_POLL_INTERVAL} s between rounds)"
+            f"namespace {DEV_NAMESPACE}, queue {DEV_QUEUE}, definitions order v1 (reserve -> payment -> ship), "
+            f"shipment v1 (track: POLL, {DEV_POLL_INTERVAL} s between rounds) "
+            f"and refund v1 (approve: SIGNAL, a wait of {DEV_REVIEW_WAIT} s)"
         )
-        print(f"client token (all workflow scopes): {client_token}")
-        print(f"worker token (tasks:work on {DEV_QUEUE}):   {worker_token}")
+        for label, name in (
+            ("client token (all workflow scopes)", "WEAVE_TOKEN"),
+            (f"worker token (tasks:work on {DEV_QUEUE})", "WEAVE_WORKER_TOKEN"),
+            ("operator token (workflows:read, review, control)", "WEAVE_OPS_TOKEN"),
+        ):
+            print(f"{label + ':':50}{tokens[name]}")
         print(
-            "in another terminal (`weave workflow ...`, `weave signal ...`, scripts/example_worker.py; see the README):"
+            "in another terminal (`weave workflow ...`, `weave signal ...`, scripts/example_worker.py; see the README), "
+            f"paste this line, or `. {env_file}`, which also sets WEAVE_DATABASE_URL for `weave admin ...`:"
         )
-        print("  export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in exports.items()))
+        print("  " + _export_line(exports))
         print(
             f"  weave workflow start order --version 1 --id order-1 --input {shlex.quote(start)} --deadline-seconds 3600"
         )
@@ -122,7 +203,7 @@ def cmd_dev(args) -> int:
         scanner = threading.Thread(target=Scanner(Database(scanner_url)).run, args=(stop,), name="scanner", daemon=True)
         scanner.start()
         try:
-            server.serve(_server_config(args, url), args.host, args.port)
+            server.serve(_server_config(args, url), args.host, args.port, api=[listener])
         finally:
             stop.set()
             scanner.join(timeout=10)
@@ -132,8 +213,28 @@ def cmd_dev(args) -> int:
     return 0
 
 
-def _dev_tenant(database: Database) -> tuple[str, str]:
-    """The demo namespace (created once, kept across runs) and two fresh tokens."""
+def _export_line(values: dict[str, str]) -> str:
+    return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in values.items())
+
+
+def _write_env(url: DatabaseUrl, exports: dict[str, str]) -> Path:
+    """./.weave/env: the database's URL and this run's exports, for a shell (`. .weave/env`). Only
+    its owner may read it: it holds tokens (and the database's password, if the URL has one)."""
+    lines = [
+        f"# Written by `weave dev` (pid {os.getpid()}) for this folder; each start writes it again.",
+        _export_line({"WEAVE_DATABASE_URL": url.url()}),
+        _export_line(exports),
+    ]
+    descriptor = os.open(DEV_ENV, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as env:
+        env.write("\n".join(lines) + "\n")
+    os.chmod(DEV_ENV, 0o600)  # a file from before may have had other permissions
+    return DEV_ENV.resolve()
+
+
+def _dev_tenant(database: Database) -> dict[str, str]:
+    """The demo namespace (created once, kept across runs) and three fresh tokens, by the names
+    the banner exports them as."""
     try:
         tenancy.create_namespace(database, DEV_NAMESPACE)
         tenancy.create_queue(database, DEV_NAMESPACE, DEV_QUEUE, 4)
@@ -141,7 +242,7 @@ def _dev_tenant(database: Database) -> tuple[str, str]:
     except WeaveError as exc:
         if exc.code is not Code.INVALID_STATE:
             raise
-    client_token, worker_token = auth.new_token(), auth.new_token()
+    client_token, worker_token, ops_token = auth.new_token(), auth.new_token(), auth.new_token()
     client_scopes = sorted(auth.SCOPES - {"tasks:work"})
     tenancy.create_credential(
         database,
@@ -163,9 +264,20 @@ def _dev_tenant(database: Database) -> tuple[str, str]:
         auth.token_hash(worker_token),
         None,
     )
+    # An operator's: what the README's repair walk-through uses (review, and pause/resume/cancel).
+    tenancy.create_credential(
+        database,
+        DEV_NAMESPACE,
+        DEV_APPLICATION,
+        "dev-operator",
+        sorted(OPS_SCOPES),
+        [DEV_QUEUE],
+        auth.token_hash(ops_token),
+        None,
+    )
     principal = tenancy.authenticate(database, auth.token_hash(client_token))
-    for document in (DEV_DEFINITION, DEV_POLL_DEFINITION):  # an unchanged document keeps its version (D1)
+    for document in DEV_DEFINITIONS:  # an unchanged document keeps its version (D1)
         definitions.publish_definition(
             database, principal.namespace_id, document, principal.credential_id, principal.actor
         )
-    return client_token, worker_token
+    return {"WEAVE_TOKEN": client_token, "WEAVE_WORKER_TOKEN": worker_token, "WEAVE_OPS_TOKEN": ops_token}

@@ -105,6 +105,7 @@ DONE = {
     "retry_step": "The step was retried: a new activation started.",
     "complete_step": "The step was completed with your result.",
     "fail": "The workflow was failed.",
+    "extend_deadline": "The total deadline was extended.",
 }
 
 
@@ -625,7 +626,8 @@ class WorkflowAction(Console):
     with the problem next to the field (the problem's status)."""
 
     def act(self, resp, visit: Visit, namespace: str, workflow_id: str, action: str, run: Callable) -> None:
-        values = {name: visit.form.get(name, "") for name in ("reason", "result")}  # the fields people type in
+        # the fields people type in
+        values = {name: visit.form.get(name, "") for name in ("reason", "result", "deadline_seconds")}
         try:
             run()
         except WeaveError as exc:
@@ -655,7 +657,8 @@ class WorkflowControl(WorkflowAction):
 
 
 class WorkflowReview(WorkflowAction):
-    """retry_step, complete_step (with a JSON result), fail: the API's R2 operation as a form."""
+    """retry_step, complete_step (with a JSON result), fail, extend_deadline (with a number of
+    seconds): the API's R2 and R4 operation as a form."""
 
     @page("Review a workflow from the review console (HTML form)", "workflows:review")
     def on_post(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str, workflow_id: str):
@@ -668,6 +671,8 @@ class WorkflowReview(WorkflowAction):
             if action == review_rules.COMPLETE_STEP:
                 body["result"] = _json_field(visit.form.get("result", ""), "/result")
                 bounded_value_text(body["result"], "/result")
+            if action == review_rules.EXTEND_DEADLINE:
+                body["deadline_seconds"] = _whole_number(visit.form.get("deadline_seconds", ""), "/deadline_seconds")
             schemas.validate("review", body)
             engine.review(
                 self.database,
@@ -677,9 +682,19 @@ class WorkflowReview(WorkflowAction):
                 body.get("step_key"),
                 body.get("result", signal_rules.ABSENT),
                 body["reason"],
+                body.get("deadline_seconds"),
             )
 
         self.act(resp, visit, namespace, workflow_id, action, run)
+
+
+def _whole_number(text: str, pointer: str) -> int:
+    """A form field holding a whole number (digits only); the schema then checks its range."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()):
+        message = "a whole number of seconds" if text else "required"
+        raise WeaveError(Code.VALIDATION_FAILED, f"{pointer}: {message}", [{"pointer": pointer, "message": message}])
+    return int(text)
 
 
 def _json_field(text: str, pointer: str):
@@ -697,7 +712,7 @@ def _json_field(text: str, pointer: str):
 
 
 def routes(database, config) -> list[tuple[str, object]]:
-    """The console's routes (SPEC §11 `/console/…`); `{namespace}` is the URL's `{ns}`."""
+    """The console's routes (`/console/…`, docs/rules.md#api); `{namespace}` is the URL's `{ns}`."""
     limit = config.max_body_bytes
     ns = f"{ROOT}/ns/{{namespace}}"
     return [

@@ -33,7 +33,8 @@ MARK_KINDS = {
 REVIEW_REASONS = {
     "WAIT_EXPIRED": "The step's wait reached its deadline without a signal that counts.",
     "STEP_DEADLINE_EXCEEDED": "The step did not finish before its deadline.",
-    "DEADLINE_EXCEEDED": "The workflow passed its total deadline; it can only be failed or cancelled.",
+    "DEADLINE_EXCEEDED": "The workflow passed its total deadline before its next step could start; extend the "
+    "deadline to let it go on, or fail or cancel it.",
     "TASK_FAILED": "The step's task failed on its last attempt.",
     "TASK_OUTCOME_UNKNOWN": "The task's lease expired without a report: its effect is unknown.",
     "TASK_CANCELLED": "The task reported CANCELLED though nobody asked it to stop.",

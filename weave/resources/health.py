@@ -5,7 +5,7 @@ from __future__ import annotations
 import falcon
 
 from weave import migrate
-from weave.db import DatabaseError
+from weave.db import DatabaseError, Unavailable
 from weave.errors import Code, WeaveError
 from weave.http import Resource, operation, send_json
 
@@ -34,8 +34,10 @@ class Ready(Resource):
                         Code.UNAVAILABLE, f"migrations pending: {', '.join(waiting)}", headers={"Retry-After": "5"}
                     )
                 self._migrated = True
-        except DatabaseError as exc:
-            raise WeaveError(Code.UNAVAILABLE, f"database unreachable: {exc}", headers={"Retry-After": "5"}) from None
+        except Unavailable as exc:  # unreachable, or busy: the same words as the API's 503
+            raise WeaveError(Code.UNAVAILABLE, f"{exc.what}: {exc}", headers={"Retry-After": "5"}) from None
+        except DatabaseError as exc:  # it answered, with an error that retrying will not fix
+            raise WeaveError(Code.UNAVAILABLE, f"the database failed: {exc}", headers={"Retry-After": "5"}) from None
         except migrate.MigrationsMissing as exc:
             raise WeaveError(Code.UNAVAILABLE, str(exc), headers={"Retry-After": "5"}) from None
         send_json(resp, 200, {"status": "ready"})

@@ -1,4 +1,5 @@
-"""Repair a workflow in NEEDS_REVIEW (R2, R3): retry or complete the step under review, fail or cancel."""
+"""Repair a workflow in NEEDS_REVIEW (R2, R3): retry or complete the step under review, fail or
+cancel; or set a new total deadline of a workflow that has not ended (R4)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from weave.views import workflow_view
 
 class WorkflowReview(Resource):
     @operation(
-        "Review a workflow in NEEDS_REVIEW: retry_step, complete_step, fail or cancel (R2); answers the workflow",
+        "Review a workflow in NEEDS_REVIEW: retry_step, complete_step, fail or cancel (R2); or give one that has"
+        " not ended a new total deadline: extend_deadline (R4); answers the workflow",
         scopes=("workflows:review",),
         not_found=Code.WORKFLOW_NOT_FOUND,
         request="review",
@@ -25,8 +27,15 @@ class WorkflowReview(Resource):
         body = read_json(req, "review", self.body_limit)
         result = body.get("result", signal_rules.ABSENT)
         if result is not signal_rules.ABSENT:
-            bounded_value_text(result, "/result")  # the 256 KiB limit of every value (§11)
+            bounded_value_text(result, "/result")  # the 256 KiB limit of every value (docs/rules.md#api)
         facts = engine.review(
-            self.database, principal, workflow_id, body["action"], body.get("step_key"), result, body["reason"]
+            self.database,
+            principal,
+            workflow_id,
+            body["action"],
+            body.get("step_key"),
+            result,
+            body["reason"],
+            body.get("deadline_seconds"),
         )
         send_json(resp, 200, workflow_view(facts))

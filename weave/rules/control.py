@@ -22,7 +22,12 @@ TRANSITIONS: dict[str, tuple[tuple[str, ...], Transition]] = {
 }
 
 
-def transition(action: str, status: str) -> Transition | None:
-    """Where `action` takes an instance in `status`, or None when it is not allowed (409)."""
+def transition(action: str, status: str, deadline_passed: bool = False) -> Transition | None:
+    """Where `action` takes an instance in `status`, or None when it is not allowed (409). A resume
+    past the total deadline leaves the gate closed (I3, I6): the deadline still holds it."""
     allowed_from, target = TRANSITIONS[action]
-    return target if status in allowed_from else None
+    if status not in allowed_from:
+        return None
+    if target.gate == Gate.OPEN and deadline_passed:
+        return Transition(target.status, Gate.CLOSED)
+    return target

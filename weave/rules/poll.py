@@ -1,5 +1,5 @@
-"""POLL steps (SPEC §7, C1-C5): a query round's report against a final signal, decided by the
-facts' times, never by which process looks first.
+"""POLL steps (C1-C5 of docs/rules.md): a query round's report against a final signal, decided by
+the facts' times, never by which process looks first.
 
 The engine gathers the facts of one ACTIVE POLL activation under the instance lock (with the
 activation, the wait, the generation's signals and the round's task locked after it, so that a
@@ -99,7 +99,7 @@ REVIEW = "REVIEW"  # step and instance NEEDS_REVIEW with `reason`
 @dataclass(frozen=True)
 class Decision:
     kind: str
-    rule: str  # the spec rule that decided it, recorded with the decision
+    rule: str  # the rule (docs/rules.md#c2) that decided it, recorded with the decision
     reason: str | None = None  # for REVIEW
     signal_id: int | None = None  # the signal that wins or is taken
     cancel_round: bool = False  # the round is no longer needed: cancel it by Pulse's rules (P5)

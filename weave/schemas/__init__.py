@@ -151,7 +151,7 @@ def validate(name: str, value: Any) -> None:
     types `integer` reaches the code as an `int` whatever its spelling: `1.0` and `1e3` are
     replaced in `value` by `1` and `1000` (issue 25 item 9). The stock validator answers first;
     where it accepts, so does `Validator`, and there is nothing to replace (Weave's own schemas
-    test no type in `if`, `not`, `anyOf` or `oneOf`: tests/test_schemas_integer.py). Only a body
+    test no type in `if`, `not`, `anyOf` or `oneOf`: tests/unit/test_schemas_integer.py). Only a body
     it refuses is judged again by `Validator`, and where that accepts it, the places the stock
     validator refused as non-integers are the integral decimals to replace. Those are small: every
     `integer` of a request schema has a `maximum`, so no huge number is expanded.

@@ -52,9 +52,9 @@ class BudgetExceeded(Exception):
 
     def __init__(self) -> None:
         super().__init__(
-            f"checking this payload against the contract's payload schema needs more than the "
-            f"{BUDGET_UNITS:,} units of work one check may use (a unit is one keyword applied to one "
-            "value); send a smaller payload or publish a schema that does less per item"
+            f"checking this value against its schema (a contract's payload schema, a definition's input "
+            f"schema) needs more than the {BUDGET_UNITS:,} units of work one check may use (a unit is one "
+            "keyword applied to one value); send a smaller value or publish a schema that does less per item"
         )
 
 

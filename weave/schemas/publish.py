@@ -1,8 +1,9 @@
-"""What makes the payload schemas of a definition publishable (D1): each a valid Draft 2020-12
-schema, with regular expressions RE2 runs (`linear`) and within limits of shape and size, and all
-of them checked within one budget of work (issue 26).
+"""What makes the payload schemas of a definition, and its input schema (D5), publishable (D1):
+each a valid Draft 2020-12 schema, with regular expressions RE2 runs (`linear`) and within limits
+of shape and size, and all of them checked within one budget of work (issue 26). The limits and
+messages speak of payload schemas; an input schema is held to the same.
 
-Checking a definition's payload schemas takes two passes. The first walks each schema's JSON
+Checking a definition's schemas takes two passes. The first walks each schema's JSON
 without recursing (`shape_problems`): its size, nesting, subschemas, `$defs` nesting and the
 lengths of its references and patterns, and that every reference is local. Only when every
 schema is within the limits does the second run the meta-schema check and compile the patterns
@@ -62,7 +63,7 @@ _TOO_LARGE = f"larger than {MAX_SCHEMA_CHARS:,} characters of compact JSON ({_LI
 _TOO_MANY = f"more than {MAX_SUBSCHEMAS:,} subschemas ({_LIMIT}); this is the first one past it"
 _DEFS_TOO_DEEP = f"$defs nested more than {MAX_DEFS_NESTING} levels deep ({_LIMIT})"
 _OVER_BUDGET = (
-    f"checking the payload schemas of this definition needs more than the {PUBLISH_BUDGET_UNITS:,} units "
+    f"checking the schemas of this definition (payload and input) needs more than the {PUBLISH_BUDGET_UNITS:,} units "
     "of work one publish may use (about 400 small subschemas in its distinct schemas, fewer with large "
     "enums or patterns); publish smaller schemas"
 )

@@ -1,4 +1,4 @@
-"""The Weave SDK: a client for every endpoint of the HTTP API and a worker helper (SPEC §12).
+"""The Weave SDK: a client for every endpoint of the HTTP API and a worker helper (docs/sdk.md).
 
 Standard library only, and nothing else of Weave: a program that imports `weave.sdk` loads no
 server module and no third-party package (a test proves it).

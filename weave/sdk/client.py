@@ -1,4 +1,4 @@
-"""`Client`: one method per endpoint of the Weave HTTP API v1 (SPEC §11), standard library only.
+"""`Client`: one method per endpoint of the Weave HTTP API v1 (docs/rules.md#api), standard library only.
 
 Every call has a timeout (`timeout` seconds per socket operation; a claim adds its long-poll
 `wait_seconds`). Answers are read as exact JSON and returned as the dataclasses of
@@ -109,10 +109,18 @@ class Client:
     # ---- definitions ----------------------------------------------------------------------------
 
     def publish_definition(self, document: dict) -> models.Definition:
-        """Publish a definition (D1): a new version, or the latest one when `document` is identical
-        to it. Not retried after a lost answer: read the versions instead."""
+        """Publish a definition (D1): a new version (`created`), or the latest one when `document`
+        is identical to it. Not retried after a lost answer: read the versions instead."""
         answer = self._call("POST", self._ns("definitions"), body=document)
-        return _read(models.Definition, answer)
+        definition = _read(models.Definition, answer)
+        definition.created = answer.status == 201
+        return definition
+
+    def list_definitions(self, name: str | None = None, *, page_size: int = PAGE_SIZE) -> Iterator[models.Definition]:
+        """The newest version of each definition name, in name order, page by page (D5); of `name`
+        only when given (none when it was never published). Items have no `document`."""
+        for item in self._pages(self._ns("definitions"), "definitions", {"name": name}, None, page_size):
+            yield models.from_json(models.Definition, item)
 
     def get_definition(self, name: str, version: int) -> models.Definition:
         answer = self._call("GET", self._ns("definitions", name, "versions", str(version)), retry=True)
@@ -174,16 +182,25 @@ class Client:
         return _read(models.Workflow, answer)
 
     def review(
-        self, workflow_id: str, action: str, reason: str, step_key: str | None = None, result: Any = ABSENT
+        self,
+        workflow_id: str,
+        action: str,
+        reason: str,
+        step_key: str | None = None,
+        result: Any = ABSENT,
+        deadline_seconds: int | None = None,
     ) -> models.Workflow:
         """Repair a NEEDS_REVIEW workflow (R2): `action` is retry_step, complete_step (with
-        `result`, which may be None for JSON null), fail or cancel. Not retried: a repeat of
-        retry_step would start yet another activation."""
+        `result`, which may be None for JSON null), fail or cancel; or give a workflow that has not
+        ended a new total deadline, `deadline_seconds` from now (extend_deadline, R4). Not retried:
+        a repeat of retry_step would start yet another activation."""
         body: dict[str, Any] = {"action": action}
         if step_key is not None:
             body["step_key"] = step_key
         if result is not ABSENT:
             body["result"] = result
+        if deadline_seconds is not None:
+            body["deadline_seconds"] = deadline_seconds
         body["reason"] = reason
         answer = self._call("POST", self._ns("workflows", workflow_id, "review"), body=body)
         return _read(models.Workflow, answer)

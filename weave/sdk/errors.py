@@ -1,4 +1,4 @@
-"""The SDK's exceptions: one class per problem code of the API (SPEC §11), all `WeaveError`s.
+"""The SDK's exceptions: one class per problem code of the API (docs/rules.md#api), all `WeaveError`s.
 
 Every error answer of Weave is `application/problem+json` with a stable `code`; the SDK raises
 the class registered for that code (`IdempotencyConflict` for `IDEMPOTENCY_CONFLICT`, …) with

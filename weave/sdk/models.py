@@ -1,4 +1,4 @@
-"""What the client returns: plain dataclasses whose attributes are the field names of SPEC §11.
+"""What the client returns: plain dataclasses whose attributes are the field names of the API (docs/rules.md#api).
 
 Times are timezone-aware `datetime`s (UTC), identifiers strings, JSON values (inputs, results,
 payloads, event data) exact as `weave.sdk.jsonio.loads` reads them. Every object also keeps the
@@ -65,7 +65,8 @@ class Definition:
     version: int | None = None
     digest: str | None = None
     created_at: datetime | None = field(default=None, metadata=TIME)
-    document: Any = None  # only when read (`get_definition`), not in the publish answer
+    document: Any = None  # only when read (`get_definition`), not in the publish answer or a list
+    created: bool = False  # publish only: a new version (201), not the identical latest one (200)
     raw: dict = _raw()
 
 

@@ -1,0 +1,692 @@
+"""Every query of the request path uses an index: EXPLAIN names the key we built for it."""
+
+import os
+from datetime import datetime, timedelta
+
+import pytest
+
+from weave.sql import definitions, events, instances, sessions, tenancy
+
+DOC = {"name": "order", "steps": [{"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}]}
+
+
+@pytest.fixture
+def populated(client, tenant, database):
+    headers = tenant.headers("definitions:write", "workflows:start", queues=("inventory",))
+    for timeout in range(1, 6):
+        client.simulate_post(
+            "/v1/namespaces/acme/definitions",
+            headers=headers,
+            json={**DOC, "steps": [{**DOC["steps"][0], "timeout_seconds": timeout}]},
+        )
+    for i in range(60):
+        client.simulate_post(
+            "/v1/namespaces/acme/workflows",
+            headers=headers,
+            json={
+                "definition": "order",
+                "version": 1 + i % 5,
+                "input": {},
+                "deadline_seconds": 60,
+                "workflow_id": f"w{i}",
+            },
+        )
+    for i in range(40):
+        tenant.token("workflows:read")
+
+    def activations(tx):
+        for row in tx.all("SELECT id FROM instances"):
+            for seq in (1, 2):
+                tx.execute(
+                    "INSERT INTO step_activations (instance_id, step_key, step_index, activation_sequence,"
+                    " status, activated_at) VALUES (%s, 'reserve', 0, %s, 'ACTIVE', %s)",
+                    (row["id"], seq, tx.now()),
+                )
+        for activation in tx.all("SELECT id, instance_id FROM step_activations"):
+            tx.execute(
+                "INSERT INTO tasks (namespace_id, queue_id, instance_id, activation_id, kind, status,"
+                " max_attempts, available_at, deadline_at, created_at)"
+                " VALUES (1, 1, %s, %s, 'TASK', 'QUEUED', 3, %s, %s, %s)",
+                (activation["instance_id"], activation["id"], tx.now(), tx.now(), tx.now()),
+            )
+        tx.execute("ANALYZE TABLE instances, events, step_activations, credentials, definitions, tasks")
+
+    database.run(activations)
+    return database
+
+
+def explain(database, sql, params):
+    return database.run(lambda tx: tx.all("EXPLAIN " + sql, params))
+
+
+def keys_used(plan):
+    return {(row["table"], row["key"]) for row in plan}
+
+
+def test_request_path_queries_use_their_indexes(populated):
+    database = populated
+    ids = database.run(lambda tx: tx.one("SELECT namespace_id, id FROM instances WHERE workflow_id = 'w7'"))
+    ns, instance_id = ids["namespace_id"], ids["id"]
+
+    token_sha256 = database.run(lambda tx: tx.one("SELECT token_sha256 FROM credentials LIMIT 1"))["token_sha256"]
+    # A unique-key lookup is resolved while planning ("const"): EXPLAIN then names the key.
+    plan = explain(database, tenancy.SELECT_CURRENT_CREDENTIAL, (token_sha256,))
+    assert ("c", "uq_credentials_token") in keys_used(plan)
+    credential_id = database.run(lambda tx: tx.one("SELECT id FROM credentials LIMIT 1"))["id"]
+    assert ("c", "PRIMARY") in keys_used(explain(database, tenancy.SELECT_IDENTITY, (credential_id,)))
+    assert ("i", "uq_instances_workflow") in keys_used(explain(database, instances.SELECT_INSTANCE, (ns, "w7")))
+    # Every console page finds its session by the id's hash, then the credential as above.
+    database.run(
+        lambda tx: tx.execute(
+            "INSERT INTO console_sessions (session_sha256, credential_id, created_at, expires_at) "
+            "VALUES (%s, %s, %s, %s)",
+            (b"s" * 32, credential_id, datetime(2026, 1, 1), datetime(2027, 1, 1)),
+        )
+    )
+    session = explain(database, sessions.SELECT_SESSION_TOKEN, (b"s" * 32, datetime(2026, 6, 1)))
+    assert ("s", "uq_console_sessions_session") in keys_used(session)
+    assert ("definitions", "uq_definitions_name_version") in keys_used(
+        explain(database, definitions.SELECT_LATEST, (ns, "order"))
+    )
+    assert ("definitions", "uq_definitions_name_version") in keys_used(
+        explain(database, definitions.SELECT_VERSION, (ns, "order", 3))
+    )
+    assert ("events", "uq_events_instance_seq") in keys_used(
+        explain(database, events.SELECT_EVENTS_PAGE, (instance_id, 0, 10))
+    )
+    assert ("i", "uq_instances_workflow") in keys_used(
+        explain(database, instances.SELECT_ADDRESSED_INSTANCE, (ns, "w7"))
+    )
+    assert ("step_activations", "uq_activations_step_sequence") in keys_used(
+        explain(database, instances.SELECT_LATEST_ACTIVATIONS, (instance_id,))
+    )
+    assert ("tasks", "ix_tasks_activation") in keys_used(
+        explain(database, instances.SELECT_ACTIVATION_TASKS, ((1, 2, 3),))
+    )
+
+
+def test_signal_queries_use_their_indexes(populated, clock):
+    from weave.sql import signals
+
+    database = populated
+    row = database.run(lambda tx: tx.one("SELECT id, namespace_id FROM instances WHERE workflow_id = 'w7'"))
+    instance_id, namespace_id = row["id"], row["namespace_id"]
+
+    def fill(tx):
+        rows = tx.all("SELECT id FROM instances")
+        for row in rows:
+            for n in range(6):
+                tx.execute(
+                    "INSERT INTO signals (instance_id, name, payload_version, target_step_key,"
+                    " target_activation_sequence, correlation, status, accepted_at, expires_at, available_at,"
+                    " created_at, idempotency_key) VALUES (%s, 'n', 'v1', 'payment', 1, 'c', %s, %s, %s, %s, %s, %s)",
+                    (row["id"], "PENDING" if n % 3 else "REJECTED", tx.now(), tx.now(), tx.now(), tx.now(), f"k{n}"),
+                )
+        tx.execute("ANALYZE TABLE signals")
+
+    database.run(fill)
+    wait_id = database.run(
+        lambda tx: tx.insert(
+            "INSERT INTO waits (instance_id, step_key, kind, activation_sequence, status, deadline_at, created_at)"
+            " VALUES (%s, 'payment', 'SIGNAL', 1, 'WAITING', %s, %s)",
+            (instance_id, clock.now(), clock.now()),
+        )
+    )
+    matching = explain(database, signals.LOCK_PENDING_OF_WAIT, (wait_id,))
+    # The wait by its key, the generation's signals through their own index (not the instance's
+    # ≤1024), the acceptance record by the signal's key.
+    assert ("w", "PRIMARY") in keys_used(matching)
+    assert {key for key in keys_used(matching) if key[0] == "s"} == {("s", "ix_signals_generation")}
+    some = database.run(lambda tx: tx.one("SELECT id FROM signals WHERE instance_id = %s LIMIT 1", (instance_id,)))
+    candidate = explain(database, signals.SELECT_CANDIDATE, (some["id"],))
+    assert ("s", "PRIMARY") in keys_used(candidate)
+    assert ("audit_records", "ix_audit_signal") in keys_used(candidate)
+    for page in (
+        explain(database, signals.SELECT_SIGNAL_PAGE, (instance_id, 0, 50)),
+        explain(database, signals.SELECT_SIGNAL_PAGE_BY_STATUS, (instance_id, "PENDING", 0, 50)),
+    ):
+        assert keys_used(page) == {("s", "uq_signals_idempotency")}
+    expiry = explain(database, signals.DUE_EXPIRIES, (clock.now(), 100))
+    assert ("signals", "ix_signals_next_look") in keys_used(expiry)
+    replay = explain(database, signals.SELECT_TARGET_INSTANCE_AND_KEY, ("k1", namespace_id, "w7"))
+    assert ("s", "uq_signals_idempotency") in keys_used(replay)
+
+
+def test_workflow_list_queries_use_their_indexes(populated, other_tenant):
+    """Each page of GET {N}/workflows is one backward range of a migration 0006 index, without a
+    sort; read from some versions, one such range per version in one statement, whose merge sorts
+    at most a page per version (issue 26, item 6), never the namespace."""
+    from helpers import insert_instances
+
+    database = populated
+    publisher = other_tenant.principal("definitions:write")
+    for name in ("invoice", "refund", "audit"):  # another tenant's definitions and instances, interleaved
+        for timeout in range(1, 11):
+            document = {**DOC, "name": name, "steps": [{**DOC["steps"][0], "timeout_seconds": timeout}]}
+            definitions.publish_definition(database, publisher.namespace_id, document, publisher.credential_id, "t")
+    statuses = ("SUCCEEDED", "SUCCEEDED", "SUCCEEDED", "RUNNING", "FAILED", "NEEDS_REVIEW")
+    for version in range(1, 6):
+        rows = [(f"bulk-{version}-{i}", statuses[i % len(statuses)], None) for i in range(300)]
+        insert_instances(database, "acme", "order", version, rows)
+        insert_instances(database, "globex", "invoice", version, [(f"g-{wid}", *rest) for wid, *rest in rows])
+    database.run(lambda tx: tx.execute("ANALYZE TABLE instances, definitions"))
+    ns = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = 'acme'"))["id"]
+    versions = [
+        row["id"]
+        for row in database.run(
+            lambda tx: tx.all("SELECT id FROM definitions WHERE namespace_id = %s AND version <= 3", (ns,))
+        )
+    ]
+    cursor = database.run(lambda tx: tx.one("SELECT id FROM instances WHERE workflow_id = 'bulk-3-150'"))["id"]
+
+    for after in (instances.NO_CURSOR, cursor):
+        plans = {
+            "ix_instances_namespace_recent": explain(database, instances.SELECT_NEWEST, (ns, after, 101)),
+            "ix_instances_namespace_status": explain(
+                database, instances.SELECT_NEWEST_BY_STATUS, (ns, "NEEDS_REVIEW", after, 101)
+            ),
+        }
+        for index, plan in plans.items():
+            assert ("i", index) in keys_used(plan), (index, plan)
+            assert ("d", "PRIMARY") in keys_used(plan), plan  # the definition's name and version, by key
+            assert not any("filesort" in (row["Extra"] or "") for row in plan), plan
+        for index, status in (("ix_instances_definition_recent", None), ("ix_instances_definition_status", "FAILED")):
+            plan = explain(database, *instances.newest_of_versions(versions, status, after, 101))
+            ranges = [row for row in plan if row["table"] == "instances"]
+            assert len(ranges) == len(versions), plan  # one range per version, from its index alone
+            assert all((r["key"], r["type"]) == (index, "range") and "Using index" in r["Extra"] for r in ranges), plan
+            assert {(r["table"], r["key"], r["type"]) for r in plan if r["table"] in ("i", "d")} == {
+                ("i", "PRIMARY", "eq_ref"),  # then the page's rows by key
+                ("d", "PRIMARY", "eq_ref"),
+            }, plan
+            sorted_ = [row for row in plan if "filesort" in (row["Extra"] or "")]
+            assert sorted_ and all(row["table"].startswith("<derived") for row in sorted_), plan  # the merge
+            assert full_scans(plan) == [], plan
+
+
+def test_the_acceptance_proof_is_found_by_the_signal_id_index(populated):
+    """S1.12: the consumer finds a signal's acceptance record by key, not by searching details."""
+    from weave.sql import audit
+
+    database = populated
+
+    def fill(tx):
+        for row in tx.all("SELECT id, namespace_id FROM instances"):
+            for n in range(8):
+                signal_id = row["id"] * 100 + n
+                details = f'{{"signal_id":"{signal_id}","name":"n"}}'
+                tx.execute(
+                    "INSERT INTO audit_records (namespace_id, instance_id, signal_id, actor, action, request_digest,"
+                    " at, details) VALUES (%s, %s, %s, 'bot', 'signal.send', REPEAT('0', 64), %s, %s)",
+                    (row["namespace_id"], row["id"], signal_id, tx.now(), details),
+                )
+        tx.execute("ANALYZE TABLE audit_records")
+
+    database.run(fill)
+    instance_id = database.run(lambda tx: tx.one("SELECT id FROM instances WHERE workflow_id = 'w7'"))["id"]
+    plan = explain(database, audit.SELECT_ACCEPTANCE_DIGEST, (instance_id * 100 + 3, instance_id))
+    assert keys_used(plan) == {("audit_records", "ix_audit_signal")}
+    assert not any("filesort" in (row["Extra"] or "") for row in plan), plan
+    found = database.run(lambda tx: audit.acceptance_digest(tx, instance_id, instance_id * 100 + 3))
+    assert found == "0" * 64
+    assert database.run(lambda tx: audit.acceptance_digest(tx, instance_id + 1, instance_id * 100 + 3)) is None
+
+
+# ---- every statement on a hot path (issue 17, target 4) -------------------------------------------------
+#
+# Acceptance, authentication, the scanner's candidate queries and the units it runs, task claim and
+# complete, events and audit: each statement is EXPLAINed on tables crowded enough that the
+# optimizer prefers an index to a scan, and must read through an index (no plan row of type ALL or
+# `index`, i.e. no full scan of a table or of an index). `test_every_statement_of_sql_is_classified`
+# keeps the list complete: a statement added to sql/ is either EXPLAINed here or listed as cold.
+
+INSTANCES = 1000  # each with two activations, a wait, a task, its inbox event, two checkpoints and:
+SIGNALS_PER_INSTANCE = 10  # signals, as many events and audit records
+
+
+@pytest.fixture
+def crowded(tenant, database):
+    """Every table of the hot paths with thousands of rows, statuses mixed as in a live system
+    (most rows settled, one in ten still open), statistics fresh. Returns ids of one row of each."""
+    from helpers import insert_instances
+
+    doc = {
+        "name": "pay",
+        "steps": [
+            DOC["steps"][0],
+            {
+                "key": "payment",
+                "type": "SIGNAL",
+                "timeout_seconds": 60,
+                "correlation": "/input/id",
+                "signal": {"name": "paid", "payload_version": "v1", "payload_schema": {}},
+            },
+        ],
+    }
+    namespace_id = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = 'acme'"))["id"]
+    definitions.publish_definition(database, namespace_id, doc, None, "t")
+    insert_instances(
+        database,
+        "acme",
+        "pay",
+        1,
+        [(f"w{i}", "RUNNING" if i % 10 == 0 else "SUCCEEDED", None) for i in range(INSTANCES)],
+    )
+    for i in range(20):
+        tenant.token("workflows:signal", queues=("inventory",), actor=f"a{i}")
+
+    def fill(tx):
+        now = tx.now()
+        instances_ = [row["id"] for row in tx.all("SELECT id FROM instances ORDER BY id")]
+        queue_id = tx.one("SELECT id FROM queues WHERE name = 'inventory'")["id"]
+        open_ = {instance_id for n, instance_id in enumerate(instances_) if n % 10 == 0}
+        tx.executemany(
+            "INSERT INTO step_activations (instance_id, step_key, step_index, activation_sequence, status,"
+            " activated_at, deadline_at) VALUES (%s, %s, %s, 1, %s, %s, %s)",
+            [(i, "reserve", 0, "SUCCEEDED", now, now) for i in instances_]
+            + [(i, "payment", 1, "ACTIVE" if i in open_ else "SUCCEEDED", now, now) for i in instances_],
+        )
+        activation = {
+            (row["instance_id"], row["step_key"]): row["id"]
+            for row in tx.all("SELECT id, instance_id, step_key FROM step_activations")
+        }
+        tx.executemany(
+            "INSERT INTO waits (instance_id, step_key, kind, name, payload_version, correlation, activation_id,"
+            " activation_sequence, status, deadline_at, created_at) VALUES (%s, 'payment', 'SIGNAL', 'paid', 'v1',"
+            " 'c', %s, 1, %s, %s, %s)",
+            [(i, activation[i, "payment"], "WAITING" if i in open_ else "SATISFIED", now, now) for i in instances_],
+        )
+        statuses = ("SUCCEEDED",) * 8 + ("QUEUED", "RUNNING")
+        tx.executemany(
+            "INSERT INTO tasks (namespace_id, queue_id, instance_id, activation_id, kind, status, attempt,"
+            " max_attempts, available_at, lease_expires_at, deadline_at, created_at)"
+            " VALUES (%s, %s, %s, %s, 'TASK', %s, 1, 3, %s, %s, %s, %s)",
+            [
+                (namespace_id, queue_id, i, activation[i, "reserve"], statuses[n % 10], now, now, now, now)
+                for n, i in enumerate(instances_)
+            ],
+        )
+        tx.executemany(
+            "INSERT INTO inbox_events (task_id, instance_id, outcome, completed_at, status, available_at)"
+            " SELECT id, instance_id, 'SUCCEEDED', %s, %s, %s FROM tasks WHERE instance_id = %s",
+            [(now, "PENDING" if i in open_ else "CONSUMED", now, i) for i in instances_],
+        )
+        tx.executemany(
+            "INSERT INTO checkpoints (instance_id, kind, wait_id, due_at, available_at, created_at)"
+            " VALUES (%s, %s, NULL, %s, %s, %s)",
+            [
+                (i, kind, now, now + timedelta(minutes=n), now)
+                for n, i in enumerate(instances_)
+                for kind in ("ROOT", "WAIT")
+            ],
+        )
+        tx.executemany(
+            "INSERT INTO signals (instance_id, name, payload_version, target_step_key, target_activation_sequence,"
+            " correlation, status, accepted_at, expires_at, available_at, created_at, idempotency_key)"
+            " VALUES (%s, 'paid', 'v1', 'payment', 1, 'c', %s, %s, %s, %s, %s, %s)",
+            [
+                (i, "PENDING" if i in open_ else "REJECTED", now, now + timedelta(days=1), now, now, f"k{n}")
+                for i in instances_
+                for n in range(SIGNALS_PER_INSTANCE)
+            ],
+        )
+        tx.execute(
+            "INSERT INTO events (instance_id, seq, type, at, data)"
+            " SELECT instance_id, id, 'SIGNAL_ACCEPTED', accepted_at, '{}' FROM signals"
+        )
+        tx.execute(
+            "INSERT INTO audit_records (namespace_id, instance_id, signal_id, actor, action, request_digest, at,"
+            " details) SELECT %s, instance_id, id, 'bot', 'signal.send', REPEAT('0', 64), accepted_at, '{}'"
+            " FROM signals",
+            (namespace_id,),
+        )
+        tx.executemany(
+            "INSERT INTO signal_quota_windows (application_id, window_start, used) VALUES (%s, %s, 1)",
+            [
+                (application, now.replace(microsecond=0) - timedelta(minutes=m))
+                for application in range(1, 26)
+                for m in range(20)
+            ],
+        )
+        tx.executemany(
+            "INSERT INTO console_sessions (session_sha256, credential_id, created_at, expires_at) VALUES (%s, %s, %s, %s)",
+            [(n.to_bytes(32, "big"), 1, now, now + timedelta(minutes=n)) for n in range(200)],
+        )
+        tx.execute(
+            "ANALYZE TABLE console_sessions, instances, step_activations, waits, tasks, inbox_events, checkpoints, signals, events,"
+            " audit_records, signal_quota_windows, credentials, queues, definitions"
+        )
+        instance_id = instances_[500]  # a running one
+        return {
+            "namespace": namespace_id,
+            "queue": queue_id,
+            "instance": instance_id,
+            "workflow": tx.one("SELECT workflow_id FROM instances WHERE id = %s", (instance_id,))["workflow_id"],
+            "activation": activation[instance_id, "payment"],
+            "wait": tx.one("SELECT id FROM waits WHERE instance_id = %s", (instance_id,))["id"],
+            "task": tx.one("SELECT id FROM tasks WHERE instance_id = %s", (instance_id,))["id"],
+            "inbox": tx.one("SELECT id FROM inbox_events WHERE instance_id = %s", (instance_id,))["id"],
+            "checkpoint": tx.one("SELECT id FROM checkpoints WHERE instance_id = %s LIMIT 1", (instance_id,))["id"],
+            "signal": tx.one("SELECT id FROM signals WHERE instance_id = %s LIMIT 1", (instance_id,))["id"],
+            "token": tx.one("SELECT token_sha256 FROM credentials LIMIT 1")["token_sha256"],
+            "credential": tx.one("SELECT id FROM credentials LIMIT 1")["id"],
+            "application": tx.one("SELECT id FROM applications LIMIT 1")["id"],
+            "now": now,
+        }
+
+    return database.run(fill)
+
+
+def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
+    """`module.NAME` -> (statement, parameters) of every statement on a hot path, with the ids of
+    `crowded` rows (any ids will do to list the names)."""
+    from weave.sql import activations, audit, checkpoints, inbox, signals, tasks, timeline, waits
+
+    now, instance, activation = ids["now"], ids["instance"], ids["activation"]
+    task, signal, wait = ids["task"], ids["signal"], ids["wait"]
+    facts = {"instance": instance, "key": "k1", "step": "payment"}
+    statements = {
+        # authentication, every request
+        "tenancy.SELECT_CURRENT_CREDENTIAL": (tenancy.SELECT_CURRENT_CREDENTIAL, (ids["token"],)),
+        "tenancy.SELECT_IDENTITY": (tenancy.SELECT_IDENTITY, (ids["credential"],)),
+        # signal acceptance: quota, then send_signal
+        "signals.USED_IN_WINDOW": (signals.USED_IN_WINDOW, (ids["application"], now.replace(microsecond=0))),
+        "signals.FORGET_OLD_WINDOWS": (signals.FORGET_OLD_WINDOWS, (ids["application"], now.replace(microsecond=0))),
+        "signals.SELECT_TARGET_INSTANCE_AND_KEY": (
+            signals.SELECT_TARGET_INSTANCE_AND_KEY,
+            ("k1", ids["namespace"], ids["workflow"]),
+        ),
+        "definitions.SELECT_DOCUMENT": (definitions.SELECT_DOCUMENT, (1,)),
+        # the definitions list (D5; its reads: test_D5_the_definitions_list_reads_the_index_of_the_pages_names_only)
+        "definitions.SELECT_NEWEST_VERSIONS": (
+            definitions.SELECT_NEWEST_VERSIONS,
+            (ids["namespace"], "", 101, ids["namespace"]),
+        ),
+        "definitions.SELECT_NEWEST_VERSION_OF_NAME": (
+            definitions.SELECT_NEWEST_VERSION_OF_NAME,
+            (ids["namespace"], "flow", ""),
+        ),
+        "signals.SELECT_BY_IDEMPOTENCY_KEY": (signals.SELECT_BY_IDEMPOTENCY_KEY, (instance, "k1")),
+        "signals.LOCK_QUEUES_SHARED": (signals.LOCK_QUEUES_SHARED, (ids["namespace"], ("inventory",))),
+        "instances.MARK_DECIDING": (instances.MARK_DECIDING, (instance,)),
+        "instances.COUNT_STORED_SIGNAL": (instances.COUNT_STORED_SIGNAL, (instance,)),
+        "signals.FACTS_UNDER_LOCK": (signals.FACTS_UNDER_LOCK, facts),
+        "events.APPEND_EVENT": (events.APPEND_EVENT, (instance, "X", now, "{}", instance)),
+        # the scanner: candidates of each source, and the lag and counts its metrics read
+        "checkpoints.DUE_CHECKPOINTS": (checkpoints.DUE_CHECKPOINTS, (now, 100)),
+        "checkpoints.COUNT_DUE": (checkpoints.COUNT_DUE, (now,)),
+        "inbox.DUE_INBOX_EVENTS": (inbox.DUE_INBOX_EVENTS, (now, 100)),
+        "inbox.COUNT_DUE": (inbox.COUNT_DUE, (now,)),
+        "signals.DUE_EXPIRIES": (signals.DUE_EXPIRIES, (now, 100)),
+        "signals.COUNT_DUE_EXPIRIES": (signals.COUNT_DUE_EXPIRIES, (now,)),
+        "tasks.SELECT_EXPIRED_LEASES": (tasks.SELECT_EXPIRED_LEASES, (now, 100)),
+        "instances.NEEDS_REVIEW_BY_NAMESPACE": (instances.NEEDS_REVIEW_BY_NAMESPACE, ()),
+        # process_checkpoint, and what advancing an instance reads and writes
+        "checkpoints.CLAIM_CHECKPOINT": (checkpoints.CLAIM_CHECKPOINT, (ids["checkpoint"],)),
+        "checkpoints.DELETE_CHECKPOINT": (checkpoints.DELETE_CHECKPOINT, (ids["checkpoint"],)),
+        "instances.LOCK_INSTANCE": (instances.LOCK_INSTANCE, (instance,)),
+        "instances.UPDATE_INSTANCE_STATE": (
+            instances.UPDATE_INSTANCE_STATE,
+            ("RUNNING", "OPEN", None, now, instance, "RUNNING", "OPEN"),
+        ),
+        "activations.SELECT_ACTIVATIONS": (activations.SELECT_ACTIVATIONS, (instance,)),
+        "activations.LOCK_ACTIVATION": (activations.LOCK_ACTIVATION, (activation,)),
+        "activations.SELECT_UNENDED_IDS": (activations.SELECT_UNENDED_IDS, (instance,)),
+        "activations.SETTLE_ACTIVATION": (
+            activations.SETTLE_ACTIVATION,
+            ("SUCCEEDED", "{}", None, now, activation, "ACTIVE"),
+        ),
+        "instances.SELECT_STEP_RESULTS": (instances.SELECT_STEP_RESULTS, (instance,)),
+        "tasks.SELECT_QUEUE_ID": (tasks.SELECT_QUEUE_ID, (ids["namespace"], "inventory")),
+        # consume_wait: the wait, its generation's signals, the winner's proof
+        "activations.LOCK_ACTIVATION_OF_WAIT": (activations.LOCK_ACTIVATION_OF_WAIT, (wait,)),
+        "waits.LOCK_WAIT": (waits.LOCK_WAIT, (wait,)),
+        "waits.LOCK_WAIT_OF_ACTIVATION": (waits.LOCK_WAIT_OF_ACTIVATION, (activation,)),
+        "waits.SATISFY_WAIT": (waits.SATISFY_WAIT, (signal, now, wait)),
+        "waits.SETTLE_WAIT": (waits.SETTLE_WAIT, ("EXPIRED", now, wait)),
+        "waits.SUPERSEDE_WAIT": (waits.SUPERSEDE_WAIT, (now, wait)),
+        "waits.SELECT_OPEN_FOR_GENERATION": (waits.SELECT_OPEN_FOR_GENERATION, (instance, "payment", 1)),
+        "waits.LOCK_WAITING_OF_INSTANCE": (waits.LOCK_WAITING_OF_INSTANCE, (instance,)),
+        "signals.LOCK_PENDING_OF_WAIT": (signals.LOCK_PENDING_OF_WAIT, (wait,)),
+        "signals.REJECT_SIGNAL": (signals.REJECT_SIGNAL, ("WAIT_SETTLED", now, signal)),
+        "signals.CONSUME_SIGNAL": (signals.CONSUME_SIGNAL, (wait, now, now, signal)),
+        "signals.REJECT_PENDING_OF_GENERATION": (
+            signals.REJECT_PENDING_OF_GENERATION,
+            ("STEP_SETTLED", now, instance, "payment", 1),
+        ),
+        "signals.REJECT_PENDING_OF_INSTANCE": (signals.REJECT_PENDING_OF_INSTANCE, ("INSTANCE_SETTLED", now, instance)),
+        "signals.SELECT_PAYLOAD": (signals.SELECT_PAYLOAD, (signal,)),
+        "signals.SELECT_CANDIDATE": (signals.SELECT_CANDIDATE, (signal,)),
+        "signals.LOCK_PENDING_OF_GENERATION": (signals.LOCK_PENDING_OF_GENERATION, (instance, "payment", 1)),
+        "inbox.SELECT_HELD_OF_TASK": (inbox.SELECT_HELD_OF_TASK, (task,)),
+        "audit.SELECT_ACCEPTANCE_DIGEST": (audit.SELECT_ACCEPTANCE_DIGEST, (signal, instance)),
+        # expiry of unmatched signals
+        "signals.SELECT_SIGNAL_INSTANCE": (signals.SELECT_SIGNAL_INSTANCE, (signal,)),
+        "signals.LOCK_PENDING_SIGNAL": (signals.LOCK_PENDING_SIGNAL, (signal,)),
+        "signals.EXPIRE_SIGNAL": (signals.EXPIRE_SIGNAL, (now, signal)),
+        "signals.LOOK_AGAIN_AT": (signals.LOOK_AGAIN_AT, (now, signal)),
+        # inbox events
+        "inbox.CLAIM_INBOX_EVENT": (inbox.CLAIM_INBOX_EVENT, (ids["inbox"],)),
+        "inbox.MARK_CONSUMED": (inbox.MARK_CONSUMED, (now, ids["inbox"])),
+        "inbox.CLAIM_OF_TASK": (inbox.CLAIM_OF_TASK, (task,)),
+        # tasks: claim, heartbeat, complete, lease expiry, POLL rounds
+        "tasks.LOCK_QUEUE_BY_NAME": (tasks.LOCK_QUEUE_BY_NAME, (ids["namespace"], "inventory")),
+        "tasks.CLAIM_NEXT_TASK": (tasks.CLAIM_NEXT_TASK, (ids["queue"], now)),
+        "tasks.START_TASK": (tasks.START_TASK, ("t" * 32, now, "w", task)),
+        "tasks.TAKE_PERMIT": (tasks.TAKE_PERMIT, (ids["queue"],)),
+        "tasks.SELECT_STARTED_WITH_TOKEN": (tasks.SELECT_STARTED_WITH_TOKEN, (ids["queue"], "t" * 32)),
+        "tasks.SELECT_TASK_CONTEXT": (tasks.SELECT_TASK_CONTEXT, (activation,)),
+        "tasks.SELECT_TASK_QUEUE": (tasks.SELECT_TASK_QUEUE, (task, ids["namespace"])),
+        "tasks.LOCK_QUEUE": (tasks.LOCK_QUEUE, (ids["queue"],)),
+        "tasks.LOCK_TASK": (tasks.LOCK_TASK, (task,)),
+        "tasks.LOCK_TASK_SKIP_LOCKED": (tasks.LOCK_TASK_SKIP_LOCKED, (task,)),
+        "tasks.EXTEND_LEASE": (tasks.EXTEND_LEASE, (now, task, "t" * 32)),
+        "tasks.SELECT_REPORT": (tasks.SELECT_REPORT, (task,)),
+        "tasks.SETTLE_TASK": (tasks.SETTLE_TASK, ("SUCCEEDED", "{}", None, now, task)),
+        "tasks.REQUEUE_TASK": (tasks.REQUEUE_TASK, (now, None, task)),
+        "tasks.RELEASE_PERMIT": (tasks.RELEASE_PERMIT, (ids["queue"],)),
+        "tasks.REQUEST_CANCEL": (tasks.REQUEST_CANCEL, (now, task)),
+        "tasks.LOCK_OPEN_TASKS_OF_ACTIVATION": (tasks.LOCK_OPEN_TASKS_OF_ACTIVATION, (activation,)),
+        "tasks.LOCK_NEWEST_TASK": (tasks.LOCK_NEWEST_TASK, (activation,)),
+        "tasks.SELECT_TASK": (tasks.SELECT_TASK, (task,)),
+        "tasks.LOCK_CURRENT_ROUND": (tasks.LOCK_CURRENT_ROUND, (activation,)),
+        # workflow start and read (read_facts)
+        "instances.SELECT_INSTANCE": (instances.SELECT_INSTANCE, (ids["namespace"], ids["workflow"])),
+        "instances.SELECT_ADDRESSED_INSTANCE": (
+            instances.SELECT_ADDRESSED_INSTANCE,
+            (ids["namespace"], ids["workflow"]),
+        ),
+        "instances.SELECT_LATEST_ACTIVATIONS": (instances.SELECT_LATEST_ACTIVATIONS, (instance,)),
+        "instances.SELECT_ACTIVATION_TASKS": (instances.SELECT_ACTIVATION_TASKS, ((activation, activation + 1),)),
+        "instances.SELECT_ACTIVATION_WAITS": (instances.SELECT_ACTIVATION_WAITS, ((activation, activation + 1),)),
+        # a control or review re-run after a lost COMMIT: its own audit record (issue 25, A)
+        "instances.SELECT_RECORD_OF_CALL": (instances.SELECT_RECORD_OF_CALL, (instance, "workflow.cancel", "c" * 32)),
+        "definitions.SELECT_VERSION": (definitions.SELECT_VERSION, (ids["namespace"], "pay", 1)),
+        "definitions.SELECT_LATEST": (definitions.SELECT_LATEST, (ids["namespace"], "pay")),
+        # reads of one workflow, its signals and history (API and console)
+        "signals.SELECT_SIGNAL": (signals.SELECT_SIGNAL, (instance, signal)),
+        "signals.SELECT_SIGNAL_PAGE": (signals.SELECT_SIGNAL_PAGE, (instance, 0, 100)),
+        "signals.SELECT_SIGNAL_PAGE_BY_STATUS": (signals.SELECT_SIGNAL_PAGE_BY_STATUS, (instance, "PENDING", 0, 100)),
+        "events.SELECT_EVENTS_PAGE": (events.SELECT_EVENTS_PAGE, (instance, 0, 100)),
+        # the console's workflow page: one page of each list, values by their heads (issue 26, item 1)
+        "timeline.SELECT_INSTANCE": (timeline.SELECT_INSTANCE, (ids["namespace"], ids["workflow"])),
+        "timeline.SELECT_ACTIVATIONS": (timeline.SELECT_ACTIVATIONS, (4096, instance)),
+        "timeline.SELECT_WAITS": (timeline.SELECT_WAITS, (instance,)),
+        "timeline.SELECT_NEWEST_TASKS": (timeline.SELECT_NEWEST_TASKS, ((activation, activation + 1),)),
+        "timeline.SIGNAL_IDS_AFTER": (timeline.SIGNAL_IDS_AFTER, (instance, 0, 26)),
+        "timeline.SIGNAL_IDS_BEFORE": (timeline.SIGNAL_IDS_BEFORE, (instance, signal + 5, 26)),
+        "timeline.SELECT_SIGNALS": (timeline.SELECT_SIGNALS, (4096, (signal, signal + 1))),
+        "timeline.ROUND_IDS_AFTER": (timeline.ROUND_IDS_AFTER, ((activation, activation + 1), 0, 26)),
+        "timeline.ROUND_IDS_BEFORE": (timeline.ROUND_IDS_BEFORE, ((activation, activation + 1), task + 5, 26)),
+        "timeline.SELECT_ROUNDS": (timeline.SELECT_ROUNDS, (4096, 4096, (task, task + 1))),
+        "timeline.COUNT_ROUNDS_BEFORE": (timeline.COUNT_ROUNDS_BEFORE, ((activation, activation + 1), task + 5)),
+        "timeline.EVENTS_AFTER": (timeline.EVENTS_AFTER, (512, instance, 0, 51)),
+        "timeline.EVENTS_BEFORE": (timeline.EVENTS_BEFORE, (512, instance, 5, 51)),
+        # the workflow list's grants check (its pages: test_workflow_list_queries_use_their_indexes)
+        "definitions.SELECT_QUEUE_NAMES": (definitions.SELECT_QUEUE_NAMES, (ids["namespace"],)),
+        "definitions.SELECT_VERSIONS_OF_NAME": (definitions.SELECT_VERSIONS_OF_NAME, (ids["namespace"], "pay")),
+        "definitions.SELECT_EVERY_VERSION": (definitions.SELECT_EVERY_VERSION, (ids["namespace"],)),
+        # console sessions, every console page
+        "sessions.SELECT_SESSION_TOKEN": (sessions.SELECT_SESSION_TOKEN, ((5).to_bytes(32, "big"), now)),
+        "sessions.LOCK_SESSION": (sessions.LOCK_SESSION, ((5).to_bytes(32, "big"),)),
+        "sessions.DELETE_SESSION": (sessions.DELETE_SESSION, (1,)),
+        "sessions.DELETE_EXPIRED": (sessions.DELETE_EXPIRED, (now, 100)),
+        # console sign-in: a credential's sessions beyond its cap, a refused token's credential
+        "sessions.SELECT_BEYOND_CAP": (sessions.SELECT_BEYOND_CAP, (1, 5, 100)),
+        "sessions.DELETE_SESSIONS": (sessions.DELETE_SESSIONS, ((1, 2),)),
+        "tenancy.SELECT_CREDENTIAL_OF_TOKEN": (tenancy.SELECT_CREDENTIAL_OF_TOKEN, (ids["token"],)),
+    }
+    # Each scanner source's backoff after a failed try (K2): its lock and its record.
+    for name, module in (("checkpoints", checkpoints), ("inbox", inbox), ("signals", signals)):
+        row = {"checkpoints": ids["checkpoint"], "inbox": ids["inbox"], "signals": signal}[name]
+        statements[f"{name}.FAILURES.lock"] = (module.FAILURES.lock, (row,))
+        statements[f"{name}.FAILURES.record"] = (module.FAILURES.record, ("boom", now, row))
+    return statements
+
+
+# Statements that no request or scanner batch runs: operators' commands (namespaces, queues,
+# applications, credentials) and publishing a definition.
+COLD = {
+    "tenancy.SELECT_NAMESPACE",
+    "tenancy.SELECT_QUEUE",
+    "tenancy.SELECT_APPLICATION",
+    "tenancy.UPDATE_APPLICATION_STATUS",
+    "tenancy.SELECT_CREDENTIAL_IN_NAMESPACE",
+    "tenancy.REVOKE_CREDENTIAL",
+    "definitions.LOCK_NAMESPACE",
+}
+# Tested with the workflow list's own rows (test_workflow_list_queries_use_their_indexes).
+LISTED_ELSEWHERE = {
+    "instances.SELECT_NEWEST",
+    "instances.SELECT_NEWEST_BY_STATUS",
+    "instances.SELECT_NEWEST_OF_VERSIONS",
+}
+# The index each scanner source and the task claim must range over (a plan may change its mind
+# about the rest as long as it uses some index).
+EXPECTED_KEYS = {
+    "checkpoints.DUE_CHECKPOINTS": ("checkpoints", "ix_checkpoints_available"),
+    "inbox.DUE_INBOX_EVENTS": ("inbox_events", "ix_inbox_available"),
+    "signals.DUE_EXPIRIES": ("signals", "ix_signals_next_look"),
+    "tasks.SELECT_EXPIRED_LEASES": ("tasks", "ix_tasks_lease"),
+    "tasks.CLAIM_NEXT_TASK": ("tasks", "ix_tasks_claim"),
+    "tenancy.SELECT_CURRENT_CREDENTIAL": ("c", "uq_credentials_token"),
+    "signals.SELECT_TARGET_INSTANCE_AND_KEY": ("s", "uq_signals_idempotency"),
+    "audit.SELECT_ACCEPTANCE_DIGEST": ("audit_records", "ix_audit_signal"),
+    "sessions.SELECT_BEYOND_CAP": ("console_sessions", "ix_console_sessions_credential"),
+    "tenancy.SELECT_CREDENTIAL_OF_TOKEN": ("credentials", "uq_credentials_token"),
+    "timeline.SIGNAL_IDS_AFTER": ("s", "uq_signals_idempotency"),
+    "timeline.SIGNAL_IDS_BEFORE": ("s", "uq_signals_idempotency"),
+    "timeline.SELECT_SIGNALS": ("s", "PRIMARY"),
+    "timeline.ROUND_IDS_AFTER": ("tasks", "ix_tasks_activation"),
+    "timeline.ROUND_IDS_BEFORE": ("tasks", "ix_tasks_activation"),
+    "timeline.EVENTS_AFTER": ("events", "uq_events_instance_seq"),
+    "timeline.EVENTS_BEFORE": ("events", "uq_events_instance_seq"),
+}
+# The console's pages find their rows' keys from an index alone, which a sort may then order
+# without carrying a row, let alone a value (the rows follow by primary key).
+INDEX_ONLY = ("timeline.SIGNAL_IDS_AFTER", "timeline.SIGNAL_IDS_BEFORE", "timeline.ROUND_IDS_AFTER")
+INDEX_ONLY += ("timeline.ROUND_IDS_BEFORE", "timeline.COUNT_ROUNDS_BEFORE")
+# One row per namespace by design (the metrics' review gauge): each reads its count from an index.
+WHOLE_BY_DESIGN = {("instances.NEEDS_REVIEW_BY_NAMESPACE", "n")}
+
+
+def sql_statements() -> dict[str, str]:
+    """`module.NAME` -> text of every statement sql/ defines as a module constant (a scanner
+    source's backoff `Source` holds two: `.lock` and `.record`)."""
+    import importlib
+    import pkgutil
+    import re
+
+    import weave.sql
+    from weave.sql.backoff import Source
+
+    found = {}
+    for info in pkgutil.iter_modules(weave.sql.__path__):
+        module = importlib.import_module(f"weave.sql.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, Source):
+                found[f"{info.name}.{name}.lock"], found[f"{info.name}.{name}.record"] = value.lock, value.record
+            elif name.isupper() and isinstance(value, str) and re.match(r"\s*(SELECT|INSERT|UPDATE|DELETE)\b", value):
+                found[f"{info.name}.{name}"] = value
+    return found
+
+
+def reads_nothing(text: str) -> bool:
+    """An INSERT … VALUES reads no table (EXPLAIN shows it as ALL all the same); ON DUPLICATE KEY
+    finds its row by the unique key it collided with."""
+    return text.lstrip().upper().startswith("INSERT") and "SELECT" not in text.upper()
+
+
+def test_every_statement_of_sql_is_explained_or_listed_as_cold():
+    """A statement added to sql/ must join `hot_statements` (or COLD); a removed one must leave it."""
+    statements = sql_statements()
+    explained = set(hot_statements({"now": datetime(2026, 1, 1), "token": b"t" * 32} | dict.fromkeys(IDS, 1)))
+    writes = {name for name, text in statements.items() if reads_nothing(text)}
+    assert sorted(set(statements) - explained - COLD - LISTED_ELSEWHERE - writes) == []
+    assert sorted((explained | COLD | LISTED_ELSEWHERE) - set(statements)) == []
+
+
+IDS = ("namespace", "queue", "instance", "workflow", "activation", "wait", "task", "inbox", "checkpoint", "signal")
+IDS += ("credential", "application")
+
+
+def full_scans(plan: list[dict]) -> list[dict]:
+    """Plan rows that read a whole table (ALL) or a whole index (`index`) of a stored table."""
+    return [row for row in plan if row["type"] in ("ALL", "index") and not (row["table"] or "<").startswith("<")]
+
+
+def test_every_hot_path_statement_reads_through_an_index(crowded, database):
+    plans = {name: explain(database, sql, params) for name, (sql, params) in hot_statements(crowded).items()}
+    if os.environ.get("WEAVE_SHOW_PLANS"):
+        for name, plan in plans.items():
+            print(name, [(r["table"], r["type"], r["key"], r["rows"], r["Extra"]) for r in plan])
+    scans = {
+        name: [row for row in full_scans(plan) if (name, row["table"]) not in WHOLE_BY_DESIGN]
+        for name, plan in plans.items()
+    }
+    assert {name: rows for name, rows in scans.items() if rows} == {}
+    for name, (table, key) in EXPECTED_KEYS.items():
+        assert (table, key) in keys_used(plans[name]), (name, plans[name])
+    for name in INDEX_ONLY:
+        assert all("Using index" in (row["Extra"] or "") for row in plans[name]), (name, plans[name])
+
+
+def test_D5_the_definitions_list_reads_the_index_of_the_pages_names_only(populated, other_tenant):
+    """GET {N}/definitions: `uq_definitions_name_version` read in order from the cursor, without a
+    sort, stopping once the page has its names (the entries of those names only: every version of
+    each), then each listed row by that key; and the newest of one name by the same key."""
+    database = populated
+    versions, page = 8, 10
+    for owner in ("acme", "globex"):  # another namespace's definitions, interleaved by name
+        namespace_id = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = %s", (owner,)))["id"]
+        rows = [(namespace_id, f"def-{n:03d}", v) for n in range(200) for v in range(1, versions + 1)]
+        database.run(
+            lambda tx: tx.executemany(
+                "INSERT INTO definitions (namespace_id, name, version, digest, document, queues, created_at)"
+                " VALUES (%s, %s, %s, REPEAT('0', 64), '{}', '', NOW(6))",
+                rows,
+            )
+        )
+    database.run(lambda tx: tx.execute("ANALYZE TABLE definitions"))
+    ns = database.run(lambda tx: tx.one("SELECT id FROM namespaces WHERE name = 'acme'"))["id"]
+    for after in ("", "def-050"):
+        params = (ns, after, page + 1, ns)
+        plan = explain(database, definitions.SELECT_NEWEST_VERSIONS, params)
+        (scan,) = [row for row in plan if row["table"] == "definitions"]
+        assert (scan["key"], scan["type"]) == ("uq_definitions_name_version", "range"), plan
+        assert "Using index" in scan["Extra"] and "filesort" not in scan["Extra"], plan
+        assert {(row["table"], row["key"], row["type"]) for row in plan if row["table"] == "d"} == {
+            ("d", "uq_definitions_name_version", "eq_ref")
+        }
+
+        def handler_reads(tx):
+            tx.execute("FLUSH STATUS")
+            listed = tx.all(definitions.SELECT_NEWEST_VERSIONS, params)
+            status = tx.all("SHOW SESSION STATUS LIKE 'Handler_read_next'")
+            return listed, int(status[0]["Value"])
+
+        listed, read_next = database.run(handler_reads)
+        assert len(listed) == page + 1 and {row["version"] for row in listed} == {versions}
+        assert read_next <= (page + 1) * versions, read_next  # not the namespace's 1,600 entries
+    one = explain(database, definitions.SELECT_NEWEST_VERSION_OF_NAME, (ns, "def-007", ""))
+    assert keys_used(one) == {("definitions", "uq_definitions_name_version")}, one

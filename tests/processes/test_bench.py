@@ -1,0 +1,184 @@
+"""`scripts/bench` stays runnable: every section on tiny sizes, Weave and each baseline included.
+
+The benchmark reuses the SQL constants of the units it mirrors; this catches a baseline that no
+longer matches them. Figures are not asserted: speed is measured by `scripts/bench`, not by tests.
+"""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from weave.devdb import ServerNotFound, find_server_binary
+
+pytestmark = pytest.mark.slow
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def _load_bench():
+    """scripts/ is not a package (the bench is development tooling, not installed): load it by path."""
+    spec = importlib.util.spec_from_file_location("weave_bench_script", SCRIPTS / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while they are built
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
+
+
+def _server_binary() -> str | None:
+    try:
+        return find_server_binary()
+    except ServerNotFound:
+        return None
+
+
+def test_the_bench_command_starts_and_describes_its_flags():
+    shown = subprocess.run([SCRIPTS / "bench", "--help"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "usage: scripts/bench" in shown.stdout
+    flags = (
+        "--tasks",
+        "--workflows",
+        "--only",
+        "--json",
+        "--server-processes",
+        "--validation-bytes",
+        "--hostile-repeat",
+    )
+    assert all(flag in shown.stdout for flag in flags)
+
+
+# The bench measures its own database server's CPU, so it always starts a private one.
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+def test_every_bench_section_runs_on_tiny_sizes():
+    with bench.running_weave(threads=4) as running:
+        rows = (
+            bench.bench_pulse(running, 10)
+            + bench.bench_e2e(running, 3, workers=2)
+            + bench.bench_signals(running, 16, repeat=1, instances=4)
+            + bench.bench_latency(running, 3, idle_window=0.2)
+            + bench.bench_consumption(running, 4, scanner_counts=(1, 2), clients=2)
+        )
+    rates = [row for row in rows if "ratio" in row]
+    assert len(rates) == 2 + 1 + 6
+    assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rates)
+    signal_rows = [row for row in rates if row["label"].startswith("signals accepted")]
+    assert all(row["floor"] > 0 and row["spec_floor"] > 0 for row in signal_rows)
+    latency, *consumption = rows[-3:]
+    assert latency["label"] == "signal accepted -> consumed" and latency["max_ms"] >= latency["p50_ms"] >= 0
+    assert [row["signals"] for row in consumption] == [4, 4]
+    assert all(row["consumed_per_second"] > 0 and row["max_backlog"] <= 4 for row in consumption)
+
+
+def test_the_validation_section_runs_on_tiny_sizes():
+    """Every hostile schema is publishable (checked inside); each row checks the largest payload of
+    the size, and the largest one its check finishes within the work budget."""
+    rows = bench.bench_validation(size=2048, runs=1, stock_pattern_chars=10, stock_unique_objects=20, chain_depth=5)
+    weave, stock = rows[:-2], rows[-2:]
+    assert len(weave) == len(bench.validation_cases(5)) == 16
+    assert all(0 < row["largest_checked_bytes"] <= row["bytes"] <= 2048 and row["weave_ms"] >= 0 for row in weave)
+    assert all(row["largest_checked_outcome"] != "refused: budget" for row in weave)
+    assert weave[0]["outcome"] == "1 error(s)" and weave[2]["outcome"].endswith(" error(s)")  # really refused
+    assert all(row["stock_ms"] > 0 and row["label"].startswith("stock jsonschema") for row in stock)
+
+
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+def test_the_hostile_section_runs_on_tiny_sizes():
+    """Issue 26's worst inputs over HTTP, twice each: refused at publish where the limits say so,
+    and every figure read (CPU per request, RSS before, after the first and after the last)."""
+    with bench.running_weave(threads=4, processes=1) as running:
+        baseline, *rows = bench.bench_hostile.run(running, 2, bench)
+    assert baseline["status"] == 200 and baseline["cpu_ms_per_request"] >= 0
+    answers = {row["label"].split(": ", 1)[1]: (row["status"], row["code"]) for row in rows}
+    assert list(answers.values()) == [
+        (422, "VALIDATION_FAILED"),  # item 2: $defs 90 deep
+        (422, "CONTRACT_MISMATCH"),  # item 2: the payload, against the schema stored before the limits
+        (422, "VALIDATION_FAILED"),  # item 3: 55,000 subschemas
+        (422, "VALIDATION_FAILED"),  # item 3: 300 large patterns
+        (201, None),  # item 3: the costliest definition within the budget
+        (201, None),  # item 3: a 1 MB definition
+        (201, None),  # item 3: its workflow started
+        (200, None),  # item 3: and read
+        (422, "VALIDATION_FAILED"),  # item 4: 150 nested not
+        (200, None),  # item 1: the console page
+    ]
+    assert all(row["rss_before_kib"] > 0 and row["rss_after_all_kib"] > 0 and row["repeat"] == 2 for row in rows)
+
+
+def _postgres_binaries():
+    try:
+        return bench.postgres_binaries()
+    except bench.PeerUnavailable:
+        return None
+
+
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+@pytest.mark.skipif(_postgres_binaries() is None, reason="the DBOS peer needs PostgreSQL's initdb and postgres")
+def test_the_dbos_peer_runs_on_tiny_sizes():
+    """The first run on a clean checkout also makes the peer's venv (.bench/dbos-venv, from PyPI)."""
+    with bench.running_weave(threads=4) as running:
+        (row,) = bench.bench_peer(running, 20, repeat=1, clients=2, instances=4)
+    assert row["weave"] > 0 and row["baseline"] > 0 and row["peer"] == f"dbos=={bench.DBOS_VERSION}"
+    assert all(value >= 0 for split in row["cpu_ms_per_signal"].values() for value in split)
+
+
+def test_the_dbos_peer_is_skipped_with_a_message_without_postgres(monkeypatch, capsys):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(bench, "POSTGRES_SEARCH_PATH", "/nonexistent/postgresql/*/bin")
+    assert bench.bench_peer(None, 20, repeat=1) == []
+    assert "DBOS peer skipped: PostgreSQL server binaries" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+def test_the_scale_section_runs_on_tiny_sizes():
+    """Target 4's section: 2,000 stored signals (as Weave writes them) against 200 in a second
+    database on the same server, then the hot instance."""
+    with bench.running_weave(threads=4, processes=1) as running:
+        # 24 consumptions: CPU is read in 10 ms clock ticks, and 4 (about 8 ms of the database's) could read 0.
+        rows = bench.bench_scale(
+            running, 2000, base=200, per_run=16, repeat=1, consumed=24, hot_instances=1, threads=4, processes=1
+        )
+        stored = running.database.read(
+            lambda tx: tx.one(
+                "SELECT COUNT(*) AS n, SUM(s.status = 'PENDING') AS pending,"
+                " (SELECT COUNT(*) FROM events e WHERE e.type = 'SIGNAL_ACCEPTED') AS events,"
+                " (SELECT COUNT(*) FROM audit_records a WHERE a.action = 'signal.send' AND a.signal_id IS NOT NULL)"
+                " AS audit FROM signals s JOIN instances i ON i.id = s.instance_id WHERE i.workflow_id LIKE 'load.%%'"
+            )
+        )
+        texts = running.database.read(
+            lambda tx: tx.one(
+                "SELECT s.receipt, e.data, a.details FROM signals s"
+                " JOIN events e ON e.instance_id = s.instance_id AND e.type = 'SIGNAL_ACCEPTED'"
+                " JOIN audit_records a ON a.signal_id = s.id WHERE s.idempotency_key = 'load-7' LIMIT 1"
+            )
+        )
+        # Loaded signals read back over HTTP like accepted ones: a settled instance's are settled.
+        loaded = bench.Http(running, running.client_token).get("/workflows/load.0-1/signals?limit=100")
+    assert stored["n"] == 2000 and stored["pending"] == 200  # every 10th instance runs: its signals are early
+    assert stored["events"] >= 2000 and stored["audit"] >= 2000
+    scale, hot = rows[:4], rows[4:]
+    assert [row["stored"] for row in scale] == [2000] * 4
+    assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rows)
+    assert [row["label"] for row in hot] == [
+        "scale: one hot instance, 1 client(s), 1,000 -> 1,024 stored",
+        "scale: one hot instance, 8 client(s), 1,000 -> 1,024 stored",
+    ]
+    assert json.loads('{"signal_id":"1",' + texts["receipt"])["idempotency_key"] == "load-7"
+    assert json.loads(texts["data"])["name"] == json.loads(texts["details"])["name"] == "payment.settled"
+    assert {row["status"] for row in loaded["signals"]} == {"CONSUMED", "REJECTED", "EXPIRED"}
+
+
+def test_against_serves_the_revision_s_code_not_this_checkout_s(monkeypatch):
+    """`--against REF` compares two servers: the reference must import REF's weave, even when the
+    bench runs from the checkout's folder (where `python -m` would find the checkout first)."""
+    monkeypatch.chdir(SCRIPTS.parent)
+    with bench._revision_tree("HEAD") as tree:
+        bench._require_imported_from(tree, {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"})
+        with pytest.raises(RuntimeError, match="the reference would run"):
+            bench._require_imported_from(tree, {"PATH": "/usr/bin:/bin"})
