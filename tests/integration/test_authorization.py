@@ -122,6 +122,7 @@ OPERATIONS = [
     ("POST", f"{N}/workflows/{{workflow_id}}/signals", "WORKFLOW_NOT_FOUND", {"workflows:signal"}),
     ("GET", f"{N}/workflows/{{workflow_id}}/signals", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
     ("GET", f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
+    ("POST", f"{N}/signals", "NOT_FOUND", {"workflows:signal"}),
     ("POST", f"{N}/queues/{{queue}}/claim", "NOT_FOUND", {"tasks:work"}),
     ("POST", f"{N}/tasks/{{task_id}}/heartbeat", "TASK_NOT_FOUND", {"tasks:work"}),
     ("POST", f"{N}/tasks/{{task_id}}/complete", "TASK_NOT_FOUND", {"tasks:work"}),
