@@ -48,17 +48,13 @@ def record(
 # which reads every record of the instance; ix_audit_signal's entries are in id order too. A fact
 # parked by its business key (docs/rules.md#routing) was accepted by no instance: the record of the take that
 # routed it there (`signal.route`) carries the digest of its acceptance record (`signal.park`).
-def _acceptance_digest_of(signal_id: str, instance_id: str) -> str:
-    """The statement, for the signal and instance that `signal_id` and `instance_id` name (SQL
-    expressions written here, never input)."""
-    return f"""SELECT request_digest FROM audit_records FORCE INDEX (ix_audit_signal)
-WHERE signal_id = {signal_id} AND instance_id = {instance_id} AND action IN ('signal.send', 'signal.route')
+SELECT_ACCEPTANCE_DIGEST = """SELECT request_digest FROM audit_records FORCE INDEX (ix_audit_signal)
+WHERE signal_id = %s AND instance_id = %s AND action IN ('signal.send', 'signal.route')
 ORDER BY id LIMIT 1"""
-
-
-SELECT_ACCEPTANCE_DIGEST = _acceptance_digest_of("%s", "%s")
 # The same, as a column of a read of signal rows `s` (a subquery in the select list: read, not locked).
-ACCEPTANCE_DIGEST_OF_SIGNAL_ROW = "(" + _acceptance_digest_of("s.id", "s.instance_id") + ")"
+ACCEPTANCE_DIGEST_OF_SIGNAL_ROW = """(SELECT request_digest FROM audit_records FORCE INDEX (ix_audit_signal)
+WHERE signal_id = s.id AND instance_id = s.instance_id AND action IN ('signal.send', 'signal.route')
+ORDER BY id LIMIT 1)"""
 
 
 def acceptance_digest(tx: Tx, instance_id: int, signal_id: int) -> str | None:

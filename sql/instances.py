@@ -132,24 +132,22 @@ def list_events(tx: Tx, principal: Principal, workflow_id: str, after: int, limi
 
 # ---- the workflow list (docs/rules.md#api): newest first, only what the credential may read ----------
 
-LISTED_COLUMNS = """i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version,
-       d.queues AS definition_queues, i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at"""
-
-
-def _list(index: str, where: str) -> str:
-    """One page of the list: `index` (migration 0006) read backwards from the cursor. The index is
-    named because it is always the best plan (exactly `limit` entries read, no sort), while the
-    optimizer sometimes costs a backward scan of the primary key, filtered, as cheaper when the
-    namespace holds most instances; on a namespace holding few, that scan reads the whole table."""
-    return f"""
-SELECT {LISTED_COLUMNS}
-FROM instances i FORCE INDEX ({index}) JOIN definitions d ON d.id = i.definition_id
-WHERE {where} AND i.id < %s ORDER BY i.id DESC LIMIT %s
+# One page of the list: an index of migration 0006 read backwards from the cursor. The index is
+# named because it is always the best plan (exactly `limit` entries read, no sort), while the
+# optimizer sometimes costs a backward scan of the primary key, filtered, as cheaper when the
+# namespace holds most instances; on a namespace holding few, that scan reads the whole table.
+SELECT_NEWEST = """
+SELECT i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version,
+       d.queues AS definition_queues, i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at
+FROM instances i FORCE INDEX (ix_instances_namespace_recent) JOIN definitions d ON d.id = i.definition_id
+WHERE i.namespace_id = %s AND i.id < %s ORDER BY i.id DESC LIMIT %s
 """
-
-
-SELECT_NEWEST = _list("ix_instances_namespace_recent", "i.namespace_id = %s")
-SELECT_NEWEST_BY_STATUS = _list("ix_instances_namespace_status", "i.namespace_id = %s AND i.status = %s")
+SELECT_NEWEST_BY_STATUS = """
+SELECT i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version,
+       d.queues AS definition_queues, i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at
+FROM instances i FORCE INDEX (ix_instances_namespace_status) JOIN definitions d ON d.id = i.definition_id
+WHERE i.namespace_id = %s AND i.status = %s AND i.id < %s ORDER BY i.id DESC LIMIT %s
+"""
 NO_CURSOR = 2**64 - 1  # above every BIGINT UNSIGNED id
 
 # The page of a credential that may read some versions only: one backward range of each readable
@@ -159,9 +157,12 @@ RANGE_OF_VERSION = """(SELECT id FROM instances FORCE INDEX (ix_instances_defini
  WHERE definition_id = %s AND id < %s ORDER BY id DESC LIMIT %s)"""
 RANGE_OF_VERSION_BY_STATUS = """(SELECT id FROM instances FORCE INDEX (ix_instances_definition_status)
  WHERE definition_id = %s AND status = %s AND id < %s ORDER BY id DESC LIMIT %s)"""
-SELECT_NEWEST_OF_VERSIONS = f"""
-SELECT {LISTED_COLUMNS}
-FROM (SELECT id FROM ({{ranges}}) ranges ORDER BY id DESC LIMIT %s) page
+# `{ranges}`: one range per version, the only text made when the statement runs (how many there
+# are is the one thing no bound parameter can say).
+SELECT_NEWEST_OF_VERSIONS = """
+SELECT i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version,
+       d.queues AS definition_queues, i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at
+FROM (SELECT id FROM ({ranges}) ranges ORDER BY id DESC LIMIT %s) page
 JOIN instances i ON i.id = page.id JOIN definitions d ON d.id = i.definition_id
 ORDER BY i.id DESC
 """

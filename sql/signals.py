@@ -54,12 +54,64 @@ class Receipt:
 # The receipt is frozen in the row it describes, written by the same INSERT. Its first member, the
 # signal_id, is the row's own key and unknown before the INSERT, so the stored text starts after it:
 # the body is `{"signal_id":"<id>",` + the stored rest, identical on every replay.
-def _receipt_rest(fields: dict) -> str:
-    return jsontext.compact(fields)[1:]
+def receipt_rest(
+    workflow_id: str | None,
+    status: str,
+    disposition: str | None,
+    accepted_at: datetime,
+    expires_at: datetime,
+    idempotency_key: str,
+    request_digest: str,
+    route_fields: dict | None = None,
+) -> str:
+    """The frozen receipt (S1.4) without its signal id, which is known only once the row is
+    inserted (`receipt_text` puts it first); a fact sent by its key adds its route (B3)."""
+    receipt = {
+        "workflow_id": workflow_id,
+        "status": status,
+        "disposition": disposition,
+        "accepted_at": rfc3339(accepted_at),
+        "expires_at": rfc3339(expires_at),
+        "idempotency_key": idempotency_key,
+        "request_digest": request_digest,
+    }
+    return jsontext.compact(receipt | (route_fields or {}))[1:]
 
 
-def _receipt_text(signal_id: int, rest: str) -> str:
+def receipt_text(signal_id: int, rest: str) -> str:
     return '{"signal_id":"%d",%s' % (signal_id, rest)
+
+
+def accepted_texts(
+    signal_id: int,
+    fields: dict,
+    decision: rules.Acceptance,
+    actor: str,
+    idempotency_key: str,
+    now: datetime,
+    deadline_at: datetime,
+    route_outcome: str | None = None,
+) -> tuple[dict, dict]:
+    """A new signal's SIGNAL_ACCEPTED event data, and its `signal.send` audit details (the same and
+    the key and times); a routed fact's say how it came (B3)."""
+    data = {
+        "signal_id": str(signal_id),
+        "name": fields["name"],
+        "target_step_key": fields["target_step_key"],
+        "target_activation_sequence": fields["target_activation_sequence"],
+        "status": decision.status,
+        "disposition": decision.disposition,
+        "actor": actor,
+    }
+    if route_outcome is not None:
+        data["route"] = route_outcome
+    details = {
+        **data,
+        "idempotency_key": idempotency_key,
+        "accepted_at": rfc3339(now),
+        "instance_deadline_at": rfc3339(deadline_at),
+    }
+    return data, details
 
 
 # ---- quota ----------------------------------------------------------------------------------------
@@ -153,7 +205,7 @@ def replay(existing: dict, request: SignalRequest) -> Receipt:
         raise WeaveError(
             Code.IDEMPOTENCY_CONFLICT, f"Idempotency-Key {request.idempotency_key!r} was used for a different signal"
         )
-    return Receipt(_receipt_text(existing["signal_id"], existing["receipt"]), replayed=True)
+    return Receipt(receipt_text(existing["signal_id"], existing["receipt"]), replayed=True)
 
 
 def require_contract(document: dict, fields: dict, payload: object) -> None:
@@ -247,29 +299,23 @@ def accept(
     instances.count_stored_signal(tx, instance["id"])
     if decision.wakes_wait:
         checkpoints.schedule_wait(tx, instance["id"], wait_id, now)
-    data = {
-        "signal_id": str(signal_id),
-        "name": fields["name"],
-        "target_step_key": fields["target_step_key"],
-        "target_activation_sequence": fields["target_activation_sequence"],
-        "status": decision.status,
-        "disposition": decision.disposition,
-        "actor": principal.actor,
-    }
-    if route is not None:
-        data["route"] = route.outcome
+    data, details = accepted_texts(
+        signal_id,
+        fields,
+        decision,
+        principal.actor,
+        request.idempotency_key,
+        now,
+        instance["deadline_at"],
+        route.outcome if route else None,
+    )
     events.append(tx, instance["id"], "SIGNAL_ACCEPTED", data)
     audit.record(
         tx,
         principal.namespace_id,
         principal.actor,
         "signal.send",
-        {
-            **data,
-            "idempotency_key": request.idempotency_key,
-            "accepted_at": rfc3339(now),
-            "instance_deadline_at": rfc3339(instance["deadline_at"]),
-        },
+        details,
         instance_id=instance["id"],
         signal_id=signal_id,
         credential_id=principal.credential_id,
@@ -296,22 +342,25 @@ def store(
     has `instance` None; a PARKED one expires at its `parked_until` (`expires_at`)."""
     fields = request.fields
     payload_sha = jsontext.sha256_text(request.payload_text) if request.payload_text is not None else None
-    receipt = {
-        "workflow_id": instance["workflow_id"] if instance else workflow_id,
-        "status": status,
-        "disposition": disposition,
-        "accepted_at": rfc3339(accepted_at),
-        "expires_at": rfc3339(expires_at),
-        "idempotency_key": request.idempotency_key,
-        "request_digest": request.request_digest,
-    }
+    route_fields = None
     if route is not None:  # B3
-        receipt["route"] = route.outcome
-        receipt["target_step_key"] = fields.get("target_step_key")
-        receipt["target_activation_sequence"] = fields.get("target_activation_sequence")
+        route_fields = {
+            "route": route.outcome,
+            "target_step_key": fields.get("target_step_key"),
+            "target_activation_sequence": fields.get("target_activation_sequence"),
+        }
         if status == "PARKED":
-            receipt["parked_until"] = rfc3339(expires_at)
-    receipt_rest = _receipt_rest(receipt)
+            route_fields["parked_until"] = rfc3339(expires_at)
+    rest = receipt_rest(
+        instance["workflow_id"] if instance else workflow_id,
+        status,
+        disposition,
+        accepted_at,
+        expires_at,
+        request.idempotency_key,
+        request.request_digest,
+        route_fields,
+    )
     signal_id = tx.insert(
         INSERT_SIGNAL,
         (
@@ -337,14 +386,14 @@ def store(
             expires_at,  # available_at: a PENDING (or PARKED) signal's first look is at its expiry
             accepted_at if status not in (rules.PENDING, "PARKED") else None,
             accepted_at,
-            receipt_rest,
+            rest,
             route.namespace_id if route else None,
             request.idempotency_key if route else None,
             route.route_hash if route else None,
             fields.get("park_seconds") if route else None,
         ),
     )
-    return signal_id, _receipt_text(signal_id, receipt_rest)
+    return signal_id, receipt_text(signal_id, rest)
 
 
 # ---- get and list ---------------------------------------------------------------------------------

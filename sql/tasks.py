@@ -364,7 +364,7 @@ def _report_taken(tx: Tx, task_id: int, answer: dict, completion: Completion) ->
 # ---- lease expiry (the scanner) and cancellation (the workflow side) ---------------------------------
 
 SELECT_EXPIRED_LEASES = """
-SELECT id, queue_id FROM tasks
+SELECT id, queue_id, lease_expires_at AS due_at FROM tasks
 WHERE status = 'RUNNING' AND lease_expires_at <= %s
 ORDER BY lease_expires_at
 LIMIT %s
@@ -378,7 +378,8 @@ FROM tasks WHERE id = %s FOR UPDATE SKIP LOCKED
 
 
 def listing_expired_leases(now: datetime, limit: int) -> tuple[str, tuple]:
-    """The read of the RUNNING tasks whose lease passed at `now`, for `Tx.all_together`."""
+    """The read of the RUNNING tasks whose lease passed at `now`, soonest passed first, for
+    `Tx.all_together`: the arguments of `expire_lease` (`id`, `queue_id`) and `due_at`."""
     return SELECT_EXPIRED_LEASES, (now, limit)
 
 

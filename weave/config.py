@@ -1,9 +1,15 @@
-"""Settings from the environment and command-line flags, with named defaults."""
+"""Settings from the environment and command-line flags, with named defaults.
+
+`Config.from_env()` is the one place that reads Weave's settings from the environment (README,
+"Configure it"): the command line applies its flags over it (`weave.cli.serve`), and the server,
+the scanner and the connection pools are given the result. The defaults are named here.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -51,6 +57,20 @@ def default_max_waiting_claims(threads: int) -> int:
 
 DEFAULT_MAX_WAITING_CLAIMS = default_max_waiting_claims(DEFAULT_THREADS)
 
+# ---- the scanner (`weave scan`) and the connection pools ----------------------------------------------
+
+DEFAULT_SCAN_BATCH_SIZE = 100  # candidates listed and processed per batch
+# `weave scan --threads`: candidates processed at once by one process; a Scanner made in-process
+# takes its candidates one by one.
+DEFAULT_SCAN_THREADS = 8
+# `weave scan --idle-seconds`: the longest sleep between batches, once idle (`weave.scanner.pause_after`).
+DEFAULT_SCAN_IDLE_SECONDS = 0.25
+# Connections of one pool: the scanner's (each of its threads holds one) and the admin commands'.
+DEFAULT_POOL_SIZE = 32
+# An API process's pool holds one connection per thread and these beyond (readiness checks, the
+# authenticator, the backlog read for /metrics).
+POOL_SPARE = 4
+
 
 @dataclass(frozen=True)
 class Config:
@@ -64,6 +84,29 @@ class Config:
     body_buffer_bytes: int | None = (
         None  # request bodies held at once per process; None: BODIES_BUFFERED bodies at the cap
     )
+    scan_batch_size: int = DEFAULT_SCAN_BATCH_SIZE
+    scan_threads: int = DEFAULT_SCAN_THREADS
+    scan_idle_seconds: float = DEFAULT_SCAN_IDLE_SECONDS
+    pool_size: int = DEFAULT_POOL_SIZE  # a scanner's or an admin command's; an API process's: `api_pool_size`
+
+    @classmethod
+    def from_env(
+        cls, database_url: str = "", serving: bool = True, environ: Mapping[str, str] | None = None, **flags: Any
+    ) -> Config:
+        """The settings of this process: each flag given (not None) first, then its environment
+        variable (`ENVIRONMENT`, read here once; not at all under a flag given), then the named
+        default. `serving`: the process serves the API and reads the API's variables; a scanner
+        has none of its own, and does not refuse to start over an API setting it does not use."""
+        environ = os.environ if environ is None else environ
+        settings = {name: value for name, value in flags.items() if value is not None}
+        for name, (variable, parse) in ENVIRONMENT.items():
+            if serving and name not in settings and variable in environ:
+                settings[name] = parse(variable, environ[variable])
+        return cls(database_url, **settings)
+
+    @property
+    def api_pool_size(self) -> int:
+        return self.threads + POOL_SPARE
 
     def __post_init__(self) -> None:
         if self.max_waiting_claims is None:
@@ -82,45 +125,25 @@ class Config:
             )
 
 
-def max_body_bytes_from_env() -> int:
-    """WEAVE_MAX_BODY_BYTES, or the default: the request body cap of `weave serve` and `weave dev`."""
-    return _positive_from_env("WEAVE_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)
-
-
-def max_waiting_claims_from_env() -> int | None:
-    """WEAVE_MAX_WAITING_CLAIMS, or None (half of the threads): the long-poll cap of `weave serve` and `weave dev`."""
-    raw = os.environ.get("WEAVE_MAX_WAITING_CLAIMS")
-    if raw is None:
-        return None
-    if not (raw.isascii() and raw.isdigit()):
-        raise SystemExit(f"WEAVE_MAX_WAITING_CLAIMS must be an integer >= 0 (got {raw!r})")
-    return int(raw)
-
-
-def idle_timeout_from_env() -> int:
-    """WEAVE_IDLE_TIMEOUT (seconds), or the default: when `weave serve` and `weave dev` close idle connections."""
-    return _positive_from_env("WEAVE_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT_SECONDS)
-
-
-def header_timeout_from_env() -> int:
-    """WEAVE_HEADER_TIMEOUT (seconds), or the default: how long `weave serve` and `weave dev` give a request's headers."""
-    return _positive_from_env("WEAVE_HEADER_TIMEOUT", DEFAULT_HEADER_TIMEOUT_SECONDS)
-
-
-def min_body_rate_from_env() -> int:
-    """WEAVE_MIN_BODY_RATE (bytes per second), or the default: the slowest body `weave serve` and `weave dev` wait for."""
-    return _positive_from_env("WEAVE_MIN_BODY_RATE", DEFAULT_MIN_BODY_RATE)
-
-
-def body_buffer_bytes_from_env() -> int | None:
-    """WEAVE_BODY_BUFFER_BYTES, or None (BODIES_BUFFERED bodies at the cap): the bodies one process holds at once."""
-    return _positive_from_env("WEAVE_BODY_BUFFER_BYTES", None)
-
-
-def _positive_from_env(name: str, default: int | None) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
+def _positive(variable: str, raw: str) -> int:
     if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
-        raise SystemExit(f"{name} must be a positive integer (got {raw!r})")
+        raise SystemExit(f"{variable} must be a positive integer (got {raw!r})")
     return int(raw)
+
+
+def _non_negative(variable: str, raw: str) -> int:
+    if not (raw.isascii() and raw.isdigit()):
+        raise SystemExit(f"{variable} must be an integer >= 0 (got {raw!r})")
+    return int(raw)
+
+
+# The settings the environment may give (`weave serve` and `weave dev`), by field: its variable and
+# how its text is read (a wrong value stops the command with the variable's name and why).
+ENVIRONMENT: dict[str, tuple[str, Callable[[str, str], Any]]] = {
+    "max_body_bytes": ("WEAVE_MAX_BODY_BYTES", _positive),
+    "idle_timeout_seconds": ("WEAVE_IDLE_TIMEOUT", _positive),  # seconds
+    "header_timeout_seconds": ("WEAVE_HEADER_TIMEOUT", _positive),  # seconds
+    "min_body_rate": ("WEAVE_MIN_BODY_RATE", _positive),  # bytes per second
+    "body_buffer_bytes": ("WEAVE_BODY_BUFFER_BYTES", _positive),
+    "max_waiting_claims": ("WEAVE_MAX_WAITING_CLAIMS", _non_negative),
+}

@@ -53,6 +53,7 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from weave import driver, metrics
+from weave.config import DEFAULT_POOL_SIZE
 from weave.dberrors import (  # noqa: F401  (re-exported: callers catch them as weave.db's)
     CONNECTION_CODES,
     DUP_ENTRY,
@@ -73,7 +74,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_MAX_ATTEMPTS = 6
-DEFAULT_POOL_SIZE = 32
 LOCK_WAIT_TIMEOUT_SECONDS = 10
 METADATA_LOCK_WAIT_SECONDS = 60
 CONNECT_TIMEOUT_SECONDS = 5

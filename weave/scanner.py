@@ -1,5 +1,5 @@
-"""The scanner loop (K1-K3): inbox events, due checkpoints and expiring signals, plus
-Pulse lease expiry, each candidate in its own short transaction.
+"""The scanner loop (K1-K3): four candidate sources (Pulse lease expiry, inbox events, due
+checkpoints and expiring signals), each candidate in its own short transaction.
 
 One batch: every source lists at most `batch_size` due candidates (ids and due times only, no
 locks); the merged list, oldest due first, is cut to `batch_size`; each candidate is processed by
@@ -10,7 +10,8 @@ concurrent commits share one log flush (group commit), so one thread would spend
 for the disk; the units are the same as with several processes, instance locks order them.
 
 A candidate that fails (deadlock, lock wait timeout, lost connection, any SQL error, a bug) is
-rolled back and backed off on its own row; the batch goes on. The loop goes on at once after a full
+rolled back and backed off on its own row (an expired lease has none: the next batch finds it
+again); the batch goes on. The loop goes on at once after a full
 batch; otherwise it sleeps, briefly while work keeps arriving and longer the longer it has found
 none, up to `idle_seconds` (`pause_after`).
 It stops after the current transaction on SIGTERM/SIGINT.
@@ -32,25 +33,26 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
+from prometheus_client import Counter
+
 from weave import metrics
+from weave.config import DEFAULT_SCAN_BATCH_SIZE, DEFAULT_SCAN_IDLE_SECONDS
 from weave.db import Database
 from weave.sql import backoff, checkpoints, engine, inbox, instances, signals, tasks
 from weave.tx import Tx
 
 log = logging.getLogger("weave.scanner")
 
-BATCH_SIZE = 100
-THREADS = 8  # `weave scan --threads`; a Scanner made in-process takes its candidates one by one
 # The sleep between batches that were not full: BUSY_SECONDS right after a batch that found work,
-# growing with the time since (a quarter of it) up to IDLE_SECONDS. Under steady load a signal is
-# consumed a few milliseconds after its acceptance; idle, a look every 250 ms (the time, then four
-# cheap indexed reads in one round trip: `Scanner.look`) costs well under 1 % of a core.
+# growing with the time since (a quarter of it) up to the idle sleep (`Config.scan_idle_seconds`,
+# 0.25 s by default). Under steady load a signal is consumed a few milliseconds after its
+# acceptance; idle, a look every 250 ms (the time, then four cheap indexed reads in one round trip:
+# `Scanner.look`) costs well under 1 % of a core.
 BUSY_SECONDS = 0.005
-IDLE_SECONDS = 0.25
 IDLE_GROWTH = 0.25
 
 
-def pause_after(idle_for: float, longest: float = IDLE_SECONDS) -> float:
+def pause_after(idle_for: float, longest: float = DEFAULT_SCAN_IDLE_SECONDS) -> float:
     """The sleep after a batch that was not full, `idle_for` seconds after the last one that found work."""
     return min(longest, max(BUSY_SECONDS, idle_for * IDLE_GROWTH))
 
@@ -58,17 +60,28 @@ def pause_after(idle_for: float, longest: float = IDLE_SECONDS) -> float:
 @dataclass(frozen=True)
 class CandidateSource:
     name: str
-    # (now, limit) -> the read of [{"id", "due_at"}] due at `now`, oldest first, no locks
+    # (now, limit) -> the read of the candidates due at `now`, oldest first, no locks: rows of
+    # `due_at` and the arguments of `process`, `id` first
     listing: Callable[[datetime, int], tuple[str, tuple]]
-    process: Callable  # a @unit_of_work taking the candidate id; returns the kind of decision, None if none
-    failures: backoff.Source
-    count_due: Callable[[Tx], int]
+    process: Callable  # a @unit_of_work taking those arguments; returns the kind of decision, None if none
+    # K2: where a failed candidate is backed off; None: nowhere, the next batch finds it again
+    failures: backoff.Source | None
+    count_due: Callable[[Tx], int] | None = None
+    decisions: Counter = metrics.SCANNER_DECISIONS  # counts its decisions by kind
+    # The batch report's field for its decisions: `done` counts them, a dict field by kind.
+    tally: str = "done"
 
     def due(self, tx: Tx, limit: int) -> list[dict]:
         """Up to `limit` candidates due now, oldest first."""
         return tx.all(*self.listing(tx.now(), limit))
 
 
+# P4: a RUNNING task whose lease passed is re-queued or settled. Its row is the task's own, with
+# nowhere to back off: a failure is retried by the next batch, as the lease is still expired.
+LEASE_EXPIRY = CandidateSource(
+    "lease", tasks.listing_expired_leases, tasks.expire_lease, None, decisions=metrics.LEASES_EXPIRED, tally="leases"
+)
+# The sources of the workflows' own progress: their lag and due counts are what `backlog` reports.
 SOURCES = (
     CandidateSource("inbox", inbox.listing_due, engine.consume_inbox_event, inbox.FAILURES, inbox.count_due),
     CandidateSource(
@@ -82,7 +95,7 @@ SOURCES = (
         signals.count_expiry_due,
     ),
 )
-LEASES = "lease"  # the failures label of lease expiry, which runs in the same loop
+SCANNED = (LEASE_EXPIRY, *SOURCES)  # what a scanner lists; an expired lease goes first among equals
 LISTING = "batch"  # the failures label of a batch that could not list its candidates
 
 
@@ -107,16 +120,22 @@ class Candidate:
     due_at: datetime
     source: CandidateSource
     id: int
+    more: tuple = ()  # the arguments of the source's unit after the id (a task's queue)
+
+    @classmethod
+    def listed(cls, source: CandidateSource, row: dict) -> Candidate:
+        more = tuple(value for column, value in row.items() if column not in ("id", "due_at"))
+        return cls(row["due_at"], source, row["id"], more)
 
 
 @dataclass
 class BatchReport:
     candidates: int = 0
     by_source: dict[str, int] = field(default_factory=dict)
-    done: int = 0
+    done: int = 0  # decisions, but for lease expiry's
     skipped: int = 0  # another scanner had it, or it was no longer due
     failed: int = 0
-    leases: dict[str, int] = field(default_factory=dict)
+    leases: dict[str, int] = field(default_factory=dict)  # lease expiry's decisions by kind
     millis: float = 0.0
 
     def fields(self) -> dict:
@@ -139,9 +158,9 @@ class Scanner:
     def __init__(
         self,
         database: Database,
-        sources: tuple[CandidateSource, ...] = SOURCES,
-        batch_size: int = BATCH_SIZE,
-        idle_seconds: float = IDLE_SECONDS,
+        sources: tuple[CandidateSource, ...] = SCANNED,
+        batch_size: int = DEFAULT_SCAN_BATCH_SIZE,
+        idle_seconds: float = DEFAULT_SCAN_IDLE_SECONDS,
         threads: int = 1,
     ):
         self.database = database
@@ -151,81 +170,67 @@ class Scanner:
         self.threads = threads
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="scan") if threads > 1 else None
         self.candidates = metrics.Children(metrics.SCANNER_CANDIDATES)
-        self.decisions = metrics.Children(metrics.SCANNER_DECISIONS)
+        self.decisions = {source.decisions: metrics.Children(source.decisions) for source in sources}
         self.failures = metrics.Children(metrics.SCANNER_FAILURES)
         self.backoffs = metrics.Children(metrics.SCANNER_BACKOFFS)
-        self.leases_expired = metrics.Children(metrics.LEASES_EXPIRED)
 
-    def look(self) -> tuple[list[dict], list[Candidate]]:
-        """What is due now, read in two round trips (the time, then every listing together): the
-        tasks whose lease passed, and the batch (each source's oldest, merged, cut to the batch size)."""
+    def look(self) -> list[Candidate]:
+        """The batch, read in two round trips (the time, then every listing together): each
+        source's oldest due candidates, merged, cut to the batch size."""
 
-        def read(tx: Tx) -> tuple[list[dict], list[Candidate]]:
+        def read(tx: Tx) -> list[Candidate]:
             now = tx.now()
-            expired, *due = tx.all_together(
-                tasks.listing_expired_leases(now, self.batch_size),
-                *(source.listing(now, self.batch_size) for source in self.sources),
-            )
-            found = [
-                Candidate(row["due_at"], source, row["id"]) for source, rows in zip(self.sources, due) for row in rows
-            ]
-            return expired, found
+            due = tx.all_together(*(source.listing(now, self.batch_size) for source in self.sources))
+            return [Candidate.listed(source, row) for source, rows in zip(self.sources, due) for row in rows]
 
-        expired, merged = self.database.read(read)
+        merged = self.database.read(read)
         merged.sort(key=lambda c: (c.due_at, self.sources.index(c.source), c.id))
-        return expired, merged[: self.batch_size]
+        return merged[: self.batch_size]
 
-    def process(self, candidate: Candidate) -> str:
-        """Process one candidate: "done", "skipped" (another scanner had it, or it was no longer
-        due) or "failed" (backed off)."""
-        self.candidates(candidate.source.name).inc()
+    def process(self, candidate: Candidate) -> tuple[str, str | None]:
+        """Process one candidate: "done" with the kind of decision, "skipped" (another scanner had
+        it, or it was no longer due) or "failed" (backed off, where its source backs off)."""
+        source = candidate.source
+        self.candidates(source.name).inc()
         try:
-            outcome = candidate.source.process.once(self.database, candidate.id)
+            decision = source.process.once(self.database, candidate.id, *candidate.more)
         except Exception as exc:  # K2: whatever went wrong, back this candidate off and go on
-            self.failures(candidate.source.name).inc()
-            again = backoff.record_failure(
-                self.database, candidate.source.failures, candidate.id, f"{type(exc).__name__}: {exc}"
-            )
+            self.failures(source.name).inc()
+            if source.failures is None:
+                log.warning("scan %s %s failed: %s; the next batch tries again", source.name, candidate.id, exc)
+                return "failed", None
+            again = backoff.record_failure(self.database, source.failures, candidate.id, f"{type(exc).__name__}: {exc}")
             if again:
-                self.backoffs(candidate.source.name).inc()
+                self.backoffs(source.name).inc()
             # A try whose COMMIT lost its answer may have done the work: then there is nothing to back off.
             then = f"backed off until {again.isoformat()}" if again else "it was done after all"
-            log.warning("scan %s %s failed: %s; %s", candidate.source.name, candidate.id, exc, then)
-            return "failed"
-        if outcome is None:
-            return "skipped"
-        self.decisions(outcome).inc()
-        return "done"
-
-    def expire_leases(self, report: BatchReport, expired: list[dict]) -> None:
-        """Expire the leases of `expired` (tasks listed by `look`), each in its own unit."""
-        for row in expired:
-            try:
-                decision = tasks.expire_lease.once(self.database, row["id"], row["queue_id"])
-            except Exception as exc:  # the next batch sees it again: its lease is still expired
-                report.failed += 1
-                self.failures(LEASES).inc()
-                log.warning("lease expiry of task %s failed: %s", row["id"], exc)
-                continue
-            if decision is not None:
-                report.leases[decision] = report.leases.get(decision, 0) + 1
-                self.leases_expired(decision).inc()
+            log.warning("scan %s %s failed: %s; %s", source.name, candidate.id, exc, then)
+            return "failed", None
+        if decision is None:
+            return "skipped", None
+        self.decisions[source.decisions](decision).inc()
+        return "done", decision
 
     def run_once(self, stop: threading.Event | None = None) -> BatchReport:
         started = time.monotonic()
         report = BatchReport()
-        expired, batch = self.look()
-        self.expire_leases(report, expired)
+        batch = self.look()
         report.candidates = len(batch)
 
-        def process(candidate: Candidate) -> tuple[Candidate, str | None]:
+        def process(candidate: Candidate) -> tuple[Candidate, tuple[str, str | None] | None]:
             if stop is not None and stop.is_set():
                 return candidate, None
             return candidate, self.process(candidate)
 
-        for candidate, result in self._pool.map(process, batch) if self._pool else map(process, batch):
-            if result is not None:
-                report.by_source[candidate.source.name] = report.by_source.get(candidate.source.name, 0) + 1
+        for candidate, processed in self._pool.map(process, batch) if self._pool else map(process, batch):
+            if processed is None:
+                continue
+            name, (result, decision) = candidate.source.name, processed
+            report.by_source[name] = report.by_source.get(name, 0) + 1
+            if result == "done" and candidate.source.tally != "done":
+                by_kind = getattr(report, candidate.source.tally)
+                by_kind[decision] = by_kind.get(decision, 0) + 1
+            else:
                 setattr(report, result, getattr(report, result) + 1)
         seconds = time.monotonic() - started
         report.millis = seconds * 1000
@@ -245,12 +250,12 @@ class Scanner:
                 continue
             # One line per batch; idle batches only at DEBUG, so an idle scanner is quiet.
             log.log(
-                logging.INFO if (report.candidates or report.leases or report.failed) else logging.DEBUG,
+                logging.INFO if report.candidates else logging.DEBUG,
                 "scan batch",
                 extra={"fields": report.fields()},
             )
             now = time.monotonic()
-            if report.candidates or report.leases:
+            if report.candidates:
                 worked_at = now
             if report.candidates < self.batch_size:
                 stop.wait(pause_after(now - worked_at, self.idle_seconds))

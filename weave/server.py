@@ -112,7 +112,6 @@ WAITRESS_BODY_LIMIT_FACTOR = 2
 # file; the pool's connections; and a reserve (listener, wake-up pipe, standard streams, logs).
 FILES_PER_CONNECTION = 2
 FILES_RESERVED = 64
-POOL_SPARE = 4  # database connections beyond one per thread (readiness checks, the authenticator, the backlog)
 # `weave serve --metrics-port`: Prometheus scrapes one process at a time, a few scrapers at most.
 METRICS_THREADS = 2
 METRICS_CONNECTION_LIMIT = 64
@@ -496,7 +495,10 @@ class WeaveServer(TcpWSGIServer):
 
 
 class LastInFirstOut(threading.Condition):
-    """A condition whose `notify` wakes the thread that began waiting last, not first."""
+    """A condition whose `notify` wakes the thread that began waiting last, not first.
+
+    It reaches into `threading.Condition`'s private `_waiters` and `_is_owned`: the LIFO tests of
+    tests/test_server.py fail if a Python release changes them (docs/performance.md has its gain)."""
 
     def notify(self, n: int = 1) -> None:
         # threading.Condition.notify, taking waiters from the other end of the same queue.
@@ -560,7 +562,7 @@ def _run_worker(listener: socket.socket, metrics_listener: socket.socket | None,
     `metrics_listener` when there is one (else on the API's port)."""
     from weave.app import create_app
 
-    pool = config.threads + POOL_SPARE
+    pool = config.api_pool_size
     scrapers = METRICS_CONNECTION_LIMIT * FILES_PER_CONNECTION if metrics_listener else 0
     connections = _fit_file_limit(CONNECTION_LIMIT, pool + scrapers)
     database = Database(DatabaseUrl.parse(config.database_url), pool_size=pool)

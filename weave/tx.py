@@ -21,11 +21,14 @@ def _guarded(text: str, what: str | None) -> list[tuple[str, str | None]]:
     return [(text, None), (MATCHED_ONE_ROW, what)] if what is not None else [(text, None)]
 
 
+SELECT_NOW = "SELECT UTC_TIMESTAMP(6) AS now"
+
+
 class DatabaseClock:
     """Production time: the database's UTC clock, so every node agrees (I5)."""
 
     def now(self, tx: "Tx") -> datetime:
-        return tx.one("SELECT UTC_TIMESTAMP(6) AS now")["now"]
+        return tx.one(SELECT_NOW)["now"]
 
 
 class Tx:

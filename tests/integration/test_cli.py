@@ -311,16 +311,16 @@ def test_admin_arguments_at_their_bounds_are_accepted(shop, capsys, database):
 
 
 def test_body_cap_comes_from_the_environment_or_the_default(monkeypatch):
-    from weave.config import DEFAULT_MAX_BODY_BYTES, max_body_bytes_from_env
+    from weave.config import DEFAULT_MAX_BODY_BYTES, Config
 
     monkeypatch.delenv("WEAVE_MAX_BODY_BYTES", raising=False)
-    assert max_body_bytes_from_env() == DEFAULT_MAX_BODY_BYTES == 1024 * 1024
+    assert Config.from_env().max_body_bytes == DEFAULT_MAX_BODY_BYTES == 1024 * 1024
     monkeypatch.setenv("WEAVE_MAX_BODY_BYTES", "4096")
-    assert max_body_bytes_from_env() == 4096
+    assert Config.from_env().max_body_bytes == 4096
     for bad in ("0", "-1", "1e6", "lots"):
         monkeypatch.setenv("WEAVE_MAX_BODY_BYTES", bad)
         with pytest.raises(SystemExit, match="WEAVE_MAX_BODY_BYTES"):
-            max_body_bytes_from_env()
+            Config.from_env()
 
 
 @pytest.mark.parametrize(
@@ -385,6 +385,58 @@ def test_connection_limits_come_from_the_flag_the_environment_or_the_default(
         monkeypatch.setenv(variable, bad)
         with pytest.raises(SystemExit, match=variable):
             configured("serve")
+
+
+def test_config_reads_the_environment_once_and_the_flags_go_over_it(monkeypatch):
+    """Issue 27 item 4: `Config.from_env()` is where the environment is read; a flag given wins,
+    a flag absent (None) leaves the variable or the named default; a scanner reads none of the
+    API's variables, so one it does not use cannot stop it."""
+    from weave import config as settings
+    from weave.cli import build_parser
+    from weave.cli.serve import cmd_scan
+    from weave.config import Config
+
+    environ = {"WEAVE_IDLE_TIMEOUT": "30", "WEAVE_MAX_WAITING_CLAIMS": "20"}
+    read = Config.from_env("mysql://u@h/db", environ=environ, threads=32, idle_timeout_seconds=None)
+    assert (read.threads, read.idle_timeout_seconds, read.max_waiting_claims) == (32, 30, 20)
+    assert (read.max_body_bytes, read.api_pool_size) == (settings.DEFAULT_MAX_BODY_BYTES, 32 + settings.POOL_SPARE)
+    scanning = Config.from_env("mysql://u@h/db", serving=False, environ=environ, scan_threads=3)
+    assert (scanning.scan_threads, scanning.scan_idle_seconds, scanning.scan_batch_size, scanning.pool_size) == (
+        3,
+        settings.DEFAULT_SCAN_IDLE_SECONDS,
+        settings.DEFAULT_SCAN_BATCH_SIZE,
+        settings.DEFAULT_POOL_SIZE,
+    )
+    assert scanning.max_waiting_claims == settings.DEFAULT_MAX_WAITING_CLAIMS  # 20 >= 16 threads: no refusal
+    wrong = {"WEAVE_IDLE_TIMEOUT": "soon"}
+    assert Config.from_env(environ=wrong, idle_timeout_seconds=5).idle_timeout_seconds == 5  # not read under a flag
+    with pytest.raises(SystemExit, match="WEAVE_IDLE_TIMEOUT must be a positive integer"):
+        Config.from_env(environ=wrong)
+
+    made = {}
+
+    class Recorded:
+        def __init__(self, database, **options):
+            made.update(options, pool=database._slots._initial_value)
+
+        def run_once(self):
+            return type("Report", (), {"line": lambda self: "{}"})()
+
+    monkeypatch.setattr("weave.cli.serve.Scanner", Recorded)
+    monkeypatch.setenv("WEAVE_MAX_WAITING_CLAIMS", "lots")  # an API setting: not the scanner's concern
+    args = build_parser().parse_args(["scan", "--once", "--database-url", "mysql://u@127.0.0.1:1/db"])
+    assert cmd_scan(args) == 0
+    assert made == {
+        "batch_size": settings.DEFAULT_SCAN_BATCH_SIZE,
+        "idle_seconds": settings.DEFAULT_SCAN_IDLE_SECONDS,
+        "threads": settings.DEFAULT_SCAN_THREADS,
+        "pool": settings.DEFAULT_POOL_SIZE,
+    }
+    args = build_parser().parse_args(
+        ["scan", "--once", "--threads", "2", "--idle-seconds", "1.5", "--database-url", "mysql://u@127.0.0.1:1/db"]
+    )
+    cmd_scan(args)
+    assert (made["threads"], made["idle_seconds"]) == (2, 1.5)
 
 
 def test_issue_26_9_the_metrics_port_cannot_be_the_api_port(monkeypatch, capsys):

@@ -9,7 +9,7 @@ import time
 from html.parser import HTMLParser
 
 import pytest
-from helpers import signal_flow_definition
+from helpers import payment, signal_flow_definition
 from test_console import OPERATOR, PAGE, QUEUES, Console
 
 from weave import jsontext
@@ -34,16 +34,8 @@ def worst_payload(depth: int = 500, zeros: int = 130_000):
     return value
 
 
-def signal_body(payload, correlation_key: str = "not-o-1") -> dict:
-    return {
-        "name": "payment.settled",
-        "payload_version": "v1",
-        "target_step_key": "payment",
-        "target_activation_sequence": 1,
-        "correlation_key": correlation_key,
-        "payload": payload,
-        "reason": "a wrong key",
-    }
+def signal_body(payload) -> dict:
+    return payment("not-o-1", payload=payload, reason="a wrong key")
 
 
 @pytest.fixture
@@ -51,14 +43,19 @@ def console(client):
     return Console(client)
 
 
-@pytest.fixture
-def waiting(flow):
-    """order-1 waits for its payment, on a step whose contract takes any payload."""
+def order_waiting(flow):
+    """order-1 waits for its payment, on a step whose contract takes any payload (also the setup of
+    scripts/benchmarks/console_page_cost.py)."""
     flow.publish(OPEN_DEFINITION)
     flow.start("order-1", input={"order_id": "o-1"})
     flow.scan()
     flow.finish_task({"reservation_id": "r-1"})
     return flow
+
+
+@pytest.fixture
+def waiting(flow):
+    return order_waiting(flow)
 
 
 @pytest.fixture

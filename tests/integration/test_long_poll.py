@@ -18,7 +18,7 @@ from helpers import task_steps
 
 from weave.app import create_app
 from weave.cli import main
-from weave.config import DEFAULT_MAX_WAITING_CLAIMS, DEFAULT_THREADS, Config, max_waiting_claims_from_env
+from weave.config import DEFAULT_MAX_WAITING_CLAIMS, DEFAULT_THREADS, Config
 from weave.devdb import free_port
 from weave.resources.tasks import RETRY_AFTER_MAX_SECONDS
 
@@ -44,13 +44,14 @@ def test_the_cap_comes_from_the_flag_the_environment_or_half_the_threads_and_sta
     with pytest.raises(ValueError, match="at most 15 waiting claims with 16 server threads"):
         Config("mysql://u@h/db", threads=16, max_waiting_claims=16)
     monkeypatch.delenv("WEAVE_MAX_WAITING_CLAIMS", raising=False)
-    assert max_waiting_claims_from_env() is None
+    assert Config.from_env().max_waiting_claims == DEFAULT_MAX_WAITING_CLAIMS
     monkeypatch.setenv("WEAVE_MAX_WAITING_CLAIMS", "12")
-    assert max_waiting_claims_from_env() == 12
+    assert Config.from_env().max_waiting_claims == 12
+    assert Config.from_env(max_waiting_claims=0).max_waiting_claims == 0  # a flag of 0 is given, not absent
     for bad in ("-1", "lots", ""):
         monkeypatch.setenv("WEAVE_MAX_WAITING_CLAIMS", bad)
         with pytest.raises(SystemExit, match="WEAVE_MAX_WAITING_CLAIMS"):
-            max_waiting_claims_from_env()
+            Config.from_env()
     monkeypatch.setenv("WEAVE_DATABASE_URL", "mysql://u@127.0.0.1:1/never")  # refused before any connection
     assert main(["serve", "--threads", "4", "--max-waiting-claims", "4"]) == 1
     assert "at most 3 waiting claims with 4 server threads" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from helpers import Flow
 
-from weave.scanner import BatchReport
+from weave.scanner import LEASE_EXPIRY, Scanner
 from weave.sql import checkpoints, engine, inbox
 
 TIMEOUT = 600
@@ -317,7 +317,7 @@ def test_c2_6_an_unknown_invalid_or_different_report_keeps_both_facts_and_needs_
         # then UNKNOWN when the last attempt's lease expires too.
         for _ in range(3):
             clock.advance(61)
-            wf.scanner.expire_leases(BatchReport(), wf.scanner.look()[0])
+            Scanner(wf.database, sources=(LEASE_EXPIRY,)).run_once()  # lease expiry alone
             if (again := wf.claim("carrier")).status_code == 200:
                 task = again.json
         assert wf.rows("SELECT status FROM tasks")[0]["status"] == "UNKNOWN"

@@ -4,7 +4,6 @@ The benchmark reuses the SQL constants of the units it mirrors; this catches a b
 longer matches them. Figures are not asserted: speed is measured by `scripts/bench`, not by tests.
 """
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,18 +15,10 @@ from weave.devdb import ServerNotFound, find_server_binary
 
 pytestmark = pytest.mark.slow
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
-
-def _load_bench():
-    """scripts/ is not a package (the bench is development tooling, not installed): load it by path."""
-    spec = importlib.util.spec_from_file_location("weave_bench_script", SCRIPTS / "bench.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while they are built
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+# scripts/ is not a package (the bench is development tooling, not installed): its benchmarks are
+# imported with scripts/ on the path, as scripts/bench runs them.
+sys.path.insert(0, str(SCRIPTS))
+from benchmarks import consumption, e2e, harness, hostile, latency, peers, pulse, scale, signals, validation  # noqa: E402
 
 
 def _server_binary() -> str | None:
@@ -56,31 +47,31 @@ def test_the_bench_command_starts_and_describes_its_flags():
 # The bench measures its own database server's CPU, so it always starts a private one.
 @pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
 def test_every_bench_section_runs_on_tiny_sizes():
-    with bench.running_weave(threads=4) as running:
+    with harness.running_weave(threads=4) as running:
         rows = (
-            bench.bench_pulse(running, 10)
-            + bench.bench_e2e(running, 3, workers=2)
-            + bench.bench_signals(running, 16, repeat=1, instances=4)
-            + bench.bench_latency(running, 3, idle_window=0.2)
-            + bench.bench_consumption(running, 4, scanner_counts=(1, 2), clients=2)
+            pulse.run(running, 10)
+            + e2e.run(running, 3, workers=2)
+            + signals.run(running, 16, repeat=1, instances=4)
+            + latency.run(running, 3, idle_window=0.2)
+            + consumption.run(running, 4, scanner_counts=(1, 2), clients=2)
         )
     rates = [row for row in rows if "ratio" in row]
     assert len(rates) == 2 + 1 + 6
     assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rates)
     signal_rows = [row for row in rates if row["label"].startswith("signals accepted")]
     assert all(row["floor"] > 0 and row["spec_floor"] > 0 for row in signal_rows)
-    latency, *consumption = rows[-3:]
-    assert latency["label"] == "signal accepted -> consumed" and latency["max_ms"] >= latency["p50_ms"] >= 0
-    assert [row["signals"] for row in consumption] == [4, 4]
-    assert all(row["consumed_per_second"] > 0 and row["max_backlog"] <= 4 for row in consumption)
+    waited, *consumed = rows[-3:]
+    assert waited["label"] == "signal accepted -> consumed" and waited["max_ms"] >= waited["p50_ms"] >= 0
+    assert [row["signals"] for row in consumed] == [4, 4]
+    assert all(row["consumed_per_second"] > 0 and row["max_backlog"] <= 4 for row in consumed)
 
 
 def test_the_validation_section_runs_on_tiny_sizes():
     """Every hostile schema is publishable (checked inside); each row checks the largest payload of
     the size, and the largest one its check finishes within the work budget."""
-    rows = bench.bench_validation(size=2048, runs=1, stock_pattern_chars=10, stock_unique_objects=20, chain_depth=5)
+    rows = validation.run(size=2048, runs=1, stock_pattern_chars=10, stock_unique_objects=20, chain_depth=5)
     weave, stock = rows[:-2], rows[-2:]
-    assert len(weave) == len(bench.validation_cases(5)) == 16
+    assert len(weave) == len(validation.validation_cases(5)) == 16
     assert all(0 < row["largest_checked_bytes"] <= row["bytes"] <= 2048 and row["weave_ms"] >= 0 for row in weave)
     assert all(row["largest_checked_outcome"] != "refused: budget" for row in weave)
     assert weave[0]["outcome"] == "1 error(s)" and weave[2]["outcome"].endswith(" error(s)")  # really refused
@@ -91,8 +82,8 @@ def test_the_validation_section_runs_on_tiny_sizes():
 def test_the_hostile_section_runs_on_tiny_sizes():
     """Issue 26's worst inputs over HTTP, twice each: refused at publish where the limits say so,
     and every figure read (CPU per request, RSS before, after the first and after the last)."""
-    with bench.running_weave(threads=4, processes=1) as running:
-        baseline, *rows = bench.bench_hostile.run(running, 2, bench)
+    with harness.running_weave(threads=4, processes=1) as running:
+        baseline, *rows = hostile.run(running, 2)
     assert baseline["status"] == 200 and baseline["cpu_ms_per_request"] >= 0
     answers = {row["label"].split(": ", 1)[1]: (row["status"], row["code"]) for row in rows}
     assert list(answers.values()) == [
@@ -112,8 +103,8 @@ def test_the_hostile_section_runs_on_tiny_sizes():
 
 def _postgres_binaries():
     try:
-        return bench.postgres_binaries()
-    except bench.PeerUnavailable:
+        return peers.postgres_binaries()
+    except peers.PeerUnavailable:
         return None
 
 
@@ -121,16 +112,16 @@ def _postgres_binaries():
 @pytest.mark.skipif(_postgres_binaries() is None, reason="the DBOS peer needs PostgreSQL's initdb and postgres")
 def test_the_dbos_peer_runs_on_tiny_sizes():
     """The first run on a clean checkout also makes the peer's venv (.bench/dbos-venv, from PyPI)."""
-    with bench.running_weave(threads=4) as running:
-        (row,) = bench.bench_peer(running, 20, repeat=1, clients=2, instances=4)
-    assert row["weave"] > 0 and row["baseline"] > 0 and row["peer"] == f"dbos=={bench.DBOS_VERSION}"
+    with harness.running_weave(threads=4) as running:
+        (row,) = peers.run(running, 20, repeat=1, clients=2, instances=4)
+    assert row["weave"] > 0 and row["baseline"] > 0 and row["peer"] == f"dbos=={peers.DBOS_VERSION}"
     assert all(value >= 0 for split in row["cpu_ms_per_signal"].values() for value in split)
 
 
 def test_the_dbos_peer_is_skipped_with_a_message_without_postgres(monkeypatch, capsys):
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setattr(bench, "POSTGRES_SEARCH_PATH", "/nonexistent/postgresql/*/bin")
-    assert bench.bench_peer(None, 20, repeat=1) == []
+    monkeypatch.setattr(peers, "POSTGRES_SEARCH_PATH", "/nonexistent/postgresql/*/bin")
+    assert peers.run(None, 20, repeat=1) == []
     assert "DBOS peer skipped: PostgreSQL server binaries" in capsys.readouterr().out
 
 
@@ -138,9 +129,9 @@ def test_the_dbos_peer_is_skipped_with_a_message_without_postgres(monkeypatch, c
 def test_the_scale_section_runs_on_tiny_sizes():
     """Target 4's section: 2,000 stored signals (as Weave writes them) against 200 in a second
     database on the same server, then the hot instance."""
-    with bench.running_weave(threads=4, processes=1) as running:
+    with harness.running_weave(threads=4, processes=1) as running:
         # 24 consumptions: CPU is read in 10 ms clock ticks, and 4 (about 8 ms of the database's) could read 0.
-        rows = bench.bench_scale(
+        rows = scale.run(
             running, 2000, base=200, per_run=16, repeat=1, consumed=24, hot_instances=1, threads=4, processes=1
         )
         stored = running.database.read(
@@ -159,11 +150,11 @@ def test_the_scale_section_runs_on_tiny_sizes():
             )
         )
         # Loaded signals read back over HTTP like accepted ones: a settled instance's are settled.
-        loaded = bench.Http(running, running.client_token).get("/workflows/load.0-1/signals?limit=100")
+        loaded = harness.Http(running, running.client_token).get("/workflows/load.0-1/signals?limit=100")
     assert stored["n"] == 2000 and stored["pending"] == 200  # every 10th instance runs: its signals are early
     assert stored["events"] >= 2000 and stored["audit"] >= 2000
-    scale, hot = rows[:4], rows[4:]
-    assert [row["stored"] for row in scale] == [2000] * 4
+    stored_rows, hot = rows[:4], rows[4:]
+    assert [row["stored"] for row in stored_rows] == [2000] * 4
     assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rows)
     assert [row["label"] for row in hot] == [
         "scale: one hot instance, 1 client(s), 1,000 -> 1,024 stored",
@@ -178,7 +169,7 @@ def test_against_serves_the_revision_s_code_not_this_checkout_s(monkeypatch):
     """`--against REF` compares two servers: the reference must import REF's weave, even when the
     bench runs from the checkout's folder (where `python -m` would find the checkout first)."""
     monkeypatch.chdir(SCRIPTS.parent)
-    with bench._revision_tree("HEAD") as tree:
-        bench._require_imported_from(tree, {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"})
+    with harness.revision_tree("HEAD") as tree:
+        harness.require_imported_from(tree, {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"})
         with pytest.raises(RuntimeError, match="the reference would run"):
-            bench._require_imported_from(tree, {"PATH": "/usr/bin:/bin"})
+            harness.require_imported_from(tree, {"PATH": "/usr/bin:/bin"})

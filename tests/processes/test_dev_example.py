@@ -173,6 +173,10 @@ def renamed(argv: list[str], names: dict[str, str]) -> list[str]:
     return argv
 
 
+# What a replayed send prints under its frozen receipt once the signal has won its wait.
+NOW_WON = "  that receipt is frozen at the first acceptance; the signal now: CONSUMED (won)\n"
+
+
 def send_signal(dev: Dev, argv: list[str]) -> tuple[str, str]:
     """`weave signal send …`: (the signal id, what the command printed)."""
     assert argv[:2] == ["signal", "send"]
@@ -214,7 +218,7 @@ def test_task_signal_task_example_runs_end_to_end_with_weave_dev_and_the_example
     assert kinds[0] == "WORKFLOW_STARTED" and kinds[-1] == "WORKFLOW_SUCCEEDED" and "SIGNAL_CONSUMED" in kinds
 
     # The PSP retries its webhook: the same idempotency key answers the first receipt; one signal.
-    assert send_signal(dev, payment) == (signal_id, printed[:-1] + ", a replay of the first send\n")
+    assert send_signal(dev, payment) == (signal_id, printed[:-1] + ", a replay of the first send\n" + NOW_WON)
     assert [s.signal_id for s in dev.client.list_signals("order-1")] == [signal_id]
 
     # The README's error: code, detail and pointer on stderr, exit 1, nothing started.
@@ -330,7 +334,7 @@ def test_poll_example_pending_twice_then_final_and_a_run_where_the_carriers_webh
     assert [r["outcome"] for r in of_type(events, "QUERY_RESULT_RECORDED")] == ["CANCELLED"]
     # The carrier retries its webhook: the same idempotency key answers the first receipt.
     again = send_signal(dev, webhook)
-    assert again == (signal_id, printed[:-1] + ", a replay of the first send\n")
+    assert again == (signal_id, printed[:-1] + ", a replay of the first send\n" + NOW_WON)
     assert [s.signal_id for s in dev.client.list_signals("shipment-2")] == [signal_id]
     queue = Client(dev.base, dev.exports["WEAVE_WORKER_TOKEN"], "demo", timeout=10)
     assert queue.claim("default", "test") is None

@@ -10,6 +10,7 @@ import pytest
 from helpers import run_scanners_until, run_with_kills, task_steps, use_real_time
 
 from weave import scanner as scanner_module
+from weave.config import DEFAULT_SCAN_IDLE_SECONDS
 from weave.scanner import Scanner
 from weave.sql import instances, tasks
 from weave.sql.engine import moves
@@ -165,11 +166,47 @@ def test_k1_batch_is_cut_to_the_batch_size_oldest_first(flow, database, clock):
         flow.start(f"wf-{i}")
         clock.advance(1)
     scanner = Scanner(database, batch_size=3)
-    _, batch = scanner.look()
+    batch = scanner.look()
     assert len(batch) == 3
     assert [c.due_at for c in batch] == sorted(c.due_at for c in batch)
     first_three = flow.rows("SELECT id FROM checkpoints ORDER BY due_at, id LIMIT 3")
     assert [c.id for c in batch] == [r["id"] for r in first_three]
+
+
+def test_P4_K2_an_expired_lease_is_a_candidate_of_the_batch_retried_by_the_next_one(flow, database, clock, monkeypatch):
+    """Lease expiry is one of the scanner's candidate sources: an expired lease is listed with the
+    others, merged into the batch, and its decision counted in the batch report's `leases`. A failure
+    leaves the task as it was (there is no row to back off: the lease is still expired, K2) and the
+    next batch expires it."""
+    flow.publish(task_steps("work"))
+    flow.start("wf-1")
+    flow.scan()
+    claimed = flow.claim(lease_seconds=1).json
+    clock.advance(2)
+    scanner = Scanner(database)
+    (candidate,) = scanner.look()
+    (task,) = flow.rows("SELECT id, queue_id FROM tasks")
+    assert (candidate.source, candidate.id, candidate.more) == (
+        scanner_module.LEASE_EXPIRY,
+        task["id"],
+        (task["queue_id"],),
+    )
+
+    real_requeue = tasks._requeue
+
+    def requeue(tx, task, error_text):
+        tx.execute("SELECT no_such_column FROM tasks")  # a real SQL error (1054)
+
+    monkeypatch.setattr(tasks, "_requeue", requeue)
+    report = scanner.run_once()
+    assert (report.candidates, report.failed, report.leases, report.by_source) == (1, 1, {}, {"lease": 1})
+    assert flow.rows("SELECT status, attempt, lease_token FROM tasks") == [
+        {"status": "RUNNING", "attempt": 1, "lease_token": claimed["lease_token"]}
+    ]
+    monkeypatch.setattr(tasks, "_requeue", real_requeue)
+    report = scanner.run_once()
+    assert (report.candidates, report.done, report.failed, report.leases) == (1, 0, 0, {"REQUEUE": 1})
+    assert flow.rows("SELECT status, attempt FROM tasks") == [{"status": "QUEUED", "attempt": 1}]
 
 
 def test_k3_scan_once_prints_one_structured_line(flow, database, clock, config):
@@ -311,8 +348,8 @@ def test_k2_a_connection_cut_mid_candidate_backs_it_off_and_loses_nothing(flow, 
         (0.01, scanner_module.BUSY_SECONDS),
         (0.1, 0.025),  # a quarter of the time since the last work
         (0.5, 0.125),
-        (1.0, scanner_module.IDLE_SECONDS),  # idle: the longest sleep, and no longer
-        (3600.0, scanner_module.IDLE_SECONDS),
+        (1.0, DEFAULT_SCAN_IDLE_SECONDS),  # idle: the longest sleep, and no longer
+        (3600.0, DEFAULT_SCAN_IDLE_SECONDS),
     ],
 )
 def test_k1_the_scanner_sleeps_briefly_while_work_arrives_and_longer_once_idle(idle_for, pause):

@@ -8,6 +8,7 @@ off a raw socket), and the rest are definition documents and signal bodies that 
 from __future__ import annotations
 
 import contextlib
+import copy
 import http.client
 import io
 import json
@@ -28,6 +29,7 @@ from clock import ControlledClock
 from waitress import wasyncore
 
 from weave import auth, logs
+from weave.cli.demo import PAYMENT_STEP, payment_signal
 from weave.db import Database
 from weave.devdb import free_port
 from weave.processes import die_with_parent
@@ -261,7 +263,7 @@ def task_steps(*keys: str, queue: str = "inventory", max_attempts: int = 3, time
     }
 
 
-PAYMENT_SCHEMA = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "number"}}}
+PAYMENT_SCHEMA = PAYMENT_STEP["signal"]["payload_schema"]
 
 
 def signal_flow_definition(timeout: int = 3600) -> dict:
@@ -270,13 +272,7 @@ def signal_flow_definition(timeout: int = 3600) -> dict:
         "name": "flow",
         "steps": [
             {"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 300},
-            {
-                "key": "payment",
-                "type": "SIGNAL",
-                "timeout_seconds": timeout,
-                "correlation": "/input/order_id",
-                "signal": {"name": "payment.settled", "payload_version": "v1", "payload_schema": PAYMENT_SCHEMA},
-            },
+            {**copy.deepcopy(PAYMENT_STEP), "timeout_seconds": timeout},  # callers change theirs
             {"key": "ship", "type": "TASK", "queue": "carrier", "timeout_seconds": 300},
         ],
     }
@@ -297,16 +293,7 @@ RECEIPT_FIELDS = (
 
 
 def payment(correlation_key: str = "o-1", sequence: int = 1, **overrides) -> dict:
-    body = {
-        "name": "payment.settled",
-        "payload_version": "v1",
-        "target_step_key": "payment",
-        "target_activation_sequence": sequence,
-        "correlation_key": correlation_key,
-        "payload": {"amount": 12.5},
-        "reason": "PSP webhook settled the payment",
-    }
-    body.update(overrides)
+    body = {**payment_signal(correlation_key, reason="PSP webhook settled the payment", sequence=sequence), **overrides}
     return {k: v for k, v in body.items() if v is not ABSENT}
 
 

@@ -3,15 +3,19 @@ cannot run are refused at publish with their pointer."""
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 import jsonschema._keywords
 import jsonschema._utils
 import pytest
 from helpers import quickly
+from jsonschema import Draft202012Validator
 
+from weave import schemas
+from weave.errors import WeaveError
 from weave.rules import definitions as definition_rules
-from weave.schemas import errors_of, linear
+from weave.schemas import StockValidator, Validator, errors_of, linear
 from weave.schemas.payload import PayloadValidator, payload_errors
 
 # With Python's backtracking `re` each of these takes about 2**28 steps (tens of seconds).
@@ -29,8 +33,40 @@ def unbudgeted_errors(schema, value) -> list[dict]:
         return errors_of(PayloadValidator(schema), value)
 
 
-def test_jsonschema_runs_its_regular_expressions_on_re2():
-    assert jsonschema._keywords.re is linear.LinearRe and jsonschema._utils.re is linear.LinearRe
+# Python's `$` also matches before a final newline, RE2's does not: which engine ran tells itself.
+NEWLINE_PATTERN = {"pattern": "^[a-z]+$"}
+NEWLINE_TEXT = "abc\n"
+
+
+@pytest.mark.parametrize("validator_class", [StockValidator, Validator, PayloadValidator])
+@pytest.mark.parametrize(
+    "schema, value",
+    [
+        (NEWLINE_PATTERN, NEWLINE_TEXT),
+        ({"patternProperties": {"^[a-z]+$": False}}, {NEWLINE_TEXT: 1}),
+        ({"patternProperties": {"^[a-z]+$": {}}, "additionalProperties": False}, {NEWLINE_TEXT: 1}),
+        ({"patternProperties": {"^[a-z]+$": {}}, "unevaluatedProperties": False}, {NEWLINE_TEXT: 1}),
+        ({"allOf": [{"patternProperties": {"^[a-z]+$": {}}}], "unevaluatedProperties": False}, {NEWLINE_TEXT: 1}),
+        ({"propertyNames": NEWLINE_PATTERN}, {NEWLINE_TEXT: 1}),
+    ],
+    ids=["pattern", "patternProperties", "additionalProperties", "unevaluatedProperties", "nested", "propertyNames"],
+)
+def test_every_validator_weave_builds_runs_its_regular_expressions_on_re2(validator_class, schema, value):
+    """Through `jsonschema.validators.extend` (`linear.KEYWORDS`): jsonschema's stock validator,
+    on Python's `re`, gives the other verdict on each of these."""
+    assert validator_class(schema).is_valid(value) is not Draft202012Validator(schema).is_valid(value)
+
+
+def test_request_bodies_run_their_patterns_on_re2():
+    body = {"definition": "orders", "version": 1, "input": {}, "deadline_seconds": 60}
+    schemas.validate("start_workflow", body)
+    with pytest.raises(WeaveError) as refused:
+        schemas.validate("start_workflow", {**body, "definition": "orders\n"})
+    assert [error["pointer"] for error in refused.value.errors] == ["/definition"]
+
+
+def test_jsonschema_itself_is_left_alone():
+    assert jsonschema._keywords.re is re and jsonschema._utils.re is re
 
 
 @pytest.mark.parametrize(

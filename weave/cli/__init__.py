@@ -43,14 +43,14 @@ from weave.cli.args import (
     _scan_threads,
     _signals_per_minute,
 )
-from weave.cli.dev import (  # noqa: F401  (tests, docs)
+from weave.cli.demo import (  # noqa: F401  (tests, docs)
     DEV_DEFINITION,
     DEV_POLL_DEFINITION,
     DEV_POLL_INTERVAL,
     DEV_REVIEW_DEFINITION,
     DEV_REVIEW_WAIT,
-    cmd_dev,
 )
+from weave.cli.dev import cmd_dev
 from weave.cli.serve import _server_config, cmd_scan, cmd_serve  # noqa: F401  (_server_config: tests)
 from weave.config import (
     BODIES_BUFFERED,
@@ -59,11 +59,12 @@ from weave.config import (
     DEFAULT_IDLE_TIMEOUT_SECONDS,
     DEFAULT_MIN_BODY_RATE,
     DEFAULT_PORT,
+    DEFAULT_SCAN_IDLE_SECONDS,
+    DEFAULT_SCAN_THREADS,
     DEFAULT_THREADS,
 )
 from weave.db import DatabaseError
 from weave.errors import WeaveError
-from weave.scanner import IDLE_SECONDS, THREADS
 
 # ---- parser --------------------------------------------------------------------------------------
 
@@ -89,14 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--idle-seconds",
         type=_idle_seconds,
-        default=IDLE_SECONDS,
-        help="the longest sleep between batches, once idle (shorter while work keeps arriving)",
+        default=None,
+        help="the longest sleep between batches, once idle (shorter while work keeps arriving; "
+        f"default: {DEFAULT_SCAN_IDLE_SECONDS})",
     )
     p.add_argument(
         "--threads",
         type=_scan_threads,
-        default=THREADS,
-        help=f"candidates processed at once (default: {THREADS}); their commits share the log flushes",
+        default=None,
+        help=f"candidates processed at once (default: {DEFAULT_SCAN_THREADS}); their commits share the log flushes",
     )
     _metrics_arguments(p, "serve Prometheus metrics on this port (default: none)")
     _log_format_argument(p, "json")
@@ -110,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         _log_format_argument(p, log_format)
         p.add_argument("--host", default=DEFAULT_HOST)
         p.add_argument("--port", type=_port, default=DEFAULT_PORT)
-        p.add_argument("--threads", type=_positive, default=DEFAULT_THREADS)
+        p.add_argument(
+            "--threads", type=_positive, default=None, help=f"threads of each process (default: {DEFAULT_THREADS})"
+        )
         p.add_argument(
             "--max-body-bytes",
             type=_positive,

@@ -9,7 +9,7 @@ import math
 import os
 import re
 
-from weave.db import DEFAULT_POOL_SIZE
+from weave.config import DEFAULT_POOL_SIZE
 from weave.dburl import DatabaseUrl
 
 # ---- argument checks --------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from weave import auth, migrate, server
+from weave.cli.demo import DEV_DEFINITIONS, DEV_POLL_INTERVAL, DEV_QUEUE, DEV_REVIEW_WAIT
 from weave.cli.serve import _exit_on_sigterm, _server_config
 from weave.db import Database
 from weave.dburl import DatabaseUrl
@@ -20,82 +21,7 @@ from weave.sql import definitions, tenancy
 
 DEV_DIR = Path(".weave")
 DEV_NAMESPACE = "demo"
-DEV_QUEUE = "default"
 DEV_APPLICATION = "demo-app"
-# The README walk-through: reserve stock (TASK), wait for the payment (SIGNAL), ship (TASK).
-DEV_DEFINITION = {
-    "name": "order",
-    "steps": [
-        {"key": "reserve", "type": "TASK", "queue": DEV_QUEUE, "max_attempts": 3, "timeout_seconds": 300},
-        {
-            "key": "payment",
-            "type": "SIGNAL",
-            "timeout_seconds": 3600,
-            "correlation": "/input/order_id",
-            "signal": {
-                "name": "payment.settled",
-                "payload_version": "v1",
-                "payload_schema": {
-                    "type": "object",
-                    "required": ["amount"],
-                    "properties": {"amount": {"type": "number"}},
-                },
-            },
-        },
-        {"key": "ship", "type": "TASK", "queue": DEV_QUEUE, "max_attempts": 3, "timeout_seconds": 300},
-    ],
-}
-# The second walk-through: track a parcel (POLL). Query rounds ask the carrier where the parcel is,
-# the next one a few seconds after each PENDING answer, while the carrier's webhook may send the
-# final answer first. A definition of its own, so that `order` v1 and its walk-through stay as they are.
-DEV_POLL_INTERVAL = 5
-DEV_POLL_DEFINITION = {
-    "name": "shipment",
-    "steps": [
-        {
-            "key": "track",
-            "type": "POLL",
-            "queue": DEV_QUEUE,
-            "interval_seconds": DEV_POLL_INTERVAL,
-            "timeout_seconds": 3600,
-            "max_attempts": 3,
-            "correlation": "/input/tracking_number",
-            "final_signal": {
-                "name": "shipment.final",
-                "payload_version": "v1",
-                "payload_schema": {
-                    "type": "object",
-                    "required": ["status"],
-                    "properties": {"status": {"type": "string"}},
-                },
-            },
-        },
-    ],
-}
-# The README's repair walk-through: a refund waits for its approval (SIGNAL) for only a few seconds,
-# so that a workflow reaches review by itself, soon, and an operator repairs it.
-DEV_REVIEW_WAIT = 10
-DEV_REVIEW_DEFINITION = {
-    "name": "refund",
-    "steps": [
-        {
-            "key": "approve",
-            "type": "SIGNAL",
-            "timeout_seconds": DEV_REVIEW_WAIT,
-            "correlation": "/input/refund_id",
-            "signal": {
-                "name": "refund.approved",
-                "payload_version": "v1",
-                "payload_schema": {
-                    "type": "object",
-                    "required": ["approved_by"],
-                    "properties": {"approved_by": {"type": "string"}},
-                },
-            },
-        },
-    ],
-}
-DEV_DEFINITIONS = (DEV_DEFINITION, DEV_POLL_DEFINITION, DEV_REVIEW_DEFINITION)
 OPS_SCOPES = frozenset({"workflows:read", "workflows:review", "workflows:control"})
 DEV_LOCK = DEV_DIR / "dev.lock"  # held by the running `weave dev` of this folder: its pid and URL
 DEV_ENV = DEV_DIR / "env"  # the database's URL and the tokens, for a shell

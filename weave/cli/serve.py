@@ -10,15 +10,7 @@ import threading
 from prometheus_client import start_http_server
 
 from weave import metrics, server
-from weave.config import (
-    Config,
-    body_buffer_bytes_from_env,
-    header_timeout_from_env,
-    idle_timeout_from_env,
-    max_body_bytes_from_env,
-    max_waiting_claims_from_env,
-    min_body_rate_from_env,
-)
+from weave.config import Config
 from weave.db import Database
 from weave.dburl import DatabaseUrl
 from weave.scanner import Scanner, backlog
@@ -28,17 +20,15 @@ log = logging.getLogger("weave.cli")
 
 def _server_config(args, url: DatabaseUrl) -> Config:
     """What `serve` and `dev` give each API process: flags first, then the environment, then defaults."""
-    return Config(
-        database_url=url.url(),
-        max_body_bytes=args.max_body_bytes or max_body_bytes_from_env(),
+    return Config.from_env(
+        url.url(),
         threads=args.threads,
-        idle_timeout_seconds=args.idle_timeout or idle_timeout_from_env(),
-        max_waiting_claims=max_waiting_claims_from_env()
-        if args.max_waiting_claims is None
-        else args.max_waiting_claims,
-        header_timeout_seconds=args.header_timeout or header_timeout_from_env(),
-        min_body_rate=args.min_body_rate or min_body_rate_from_env(),
-        body_buffer_bytes=args.body_buffer_bytes or body_buffer_bytes_from_env(),
+        max_body_bytes=args.max_body_bytes,
+        idle_timeout_seconds=args.idle_timeout,
+        max_waiting_claims=args.max_waiting_claims,
+        header_timeout_seconds=args.header_timeout,
+        min_body_rate=args.min_body_rate,
+        body_buffer_bytes=args.body_buffer_bytes,
     )
 
 
@@ -66,8 +56,13 @@ def _stop_on_signals() -> threading.Event:
 
 
 def cmd_scan(args) -> int:
-    database = Database(args.database_url)
-    scanner = Scanner(database, idle_seconds=args.idle_seconds, threads=args.threads)
+    config = Config.from_env(
+        args.database_url.url(), serving=False, scan_threads=args.threads, scan_idle_seconds=args.idle_seconds
+    )
+    database = Database(args.database_url, pool_size=config.pool_size)
+    scanner = Scanner(
+        database, batch_size=config.scan_batch_size, idle_seconds=config.scan_idle_seconds, threads=config.scan_threads
+    )
     if args.once:
         print(scanner.run_once().line())
         return 0

@@ -25,9 +25,6 @@ from jsonschema import Draft202012Validator, validators
 from weave.errors import Code, WeaveError
 from weave.schemas import linear
 
-# Every schema this process validates with runs its regular expressions on RE2 (linear.py).
-linear.install()
-
 MAX_REPORTED_ERRORS = 20
 MAX_MESSAGE_CHARS = 300
 
@@ -80,9 +77,11 @@ def staying(validator_class: type) -> type:
 
 
 TYPE_CHECKER = Draft202012Validator.TYPE_CHECKER.redefine("integer", is_integer)
-# Draft 2020-12 with integers by value: the verdict on request bodies and payload schemas (and the
-# base of the payload validator, `weave.schemas.payload`).
-Validator = staying(validators.extend(Draft202012Validator, type_checker=TYPE_CHECKER))
+# Draft 2020-12 with its regular expressions on RE2 (`linear.KEYWORDS`): what checks request bodies
+# first, integers by Python type (see `validate`).
+StockValidator = validators.extend(Draft202012Validator, linear.KEYWORDS)
+# The same with integers by value: the verdict on request bodies and payload schemas.
+Validator = staying(validators.extend(StockValidator, type_checker=TYPE_CHECKER))
 
 
 @functools.cache
@@ -97,7 +96,7 @@ def _validator(name: str) -> Draft202012Validator:
     alone (see `validate`)."""
     document = schema(name)
     Draft202012Validator.check_schema(document)
-    return Draft202012Validator(document)
+    return StockValidator(document)
 
 
 @functools.cache

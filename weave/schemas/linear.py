@@ -13,24 +13,22 @@ jsonschema's stock keywords have two ways to do that:
   hashes each item's JSON Schema identity once (`1` equals `1.0`, member order does not count,
   `true` is not `1`).
 
-jsonschema reaches `re` through its keyword modules in four places, two of them deep inside
-helpers (`find_additional_properties`, `find_evaluated_property_keys_by_schema`); rather than
-copy those helpers, the `re` those two modules see is replaced by `LinearRe`, which offers the
-one function they call. `install()` refuses to run against a jsonschema whose modules no longer
-use the standard `re` there, so an upgrade that moves this code fails the tests instead of
-silently going back to backtracking.
+jsonschema's documented extension point carries the first: `KEYWORDS` are the keyword functions
+that run a regular expression (`pattern`, `patternProperties`, `additionalProperties`, and
+`unevaluatedProperties` through the names its subschemas evaluate), given to
+`jsonschema.validators.extend` by every validator Weave builds (the request validators and
+`weave.schemas.Validator`, the payload validator in `weave.schemas.payload`).
+jsonschema's own `re` is left alone: a validator built without `KEYWORDS` runs Python's.
 """
 
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Iterator
 
-import jsonschema._keywords
-import jsonschema._utils
 import re2
+from jsonschema._utils import extras_msg
 from jsonschema.exceptions import ValidationError
 
 from weave.cache import BoundedCache
@@ -75,29 +73,121 @@ def compile_pattern(pattern: str):
     return found
 
 
-class LinearRe:
-    """What jsonschema's keyword code uses of the `re` module, matched by RE2."""
-
-    error = re2.error
-
-    @staticmethod
-    def search(pattern: str, string: str):
-        regex = compile_pattern(pattern)
-        budget.spend(budget.regex_units(regex.programsize, string))
-        return regex.search(string)
+def search(pattern: str, string: str):
+    """`re.search(pattern, string)` on RE2, charged to the budget of the check in progress."""
+    regex = compile_pattern(pattern)
+    budget.spend(budget.regex_units(regex.programsize, string))
+    return regex.search(string)
 
 
-def install() -> None:
-    if not hasattr(re2, "_Regexp"):
-        raise RuntimeError("google-re2 no longer has re2._Regexp; review weave/schemas/linear.py")
-    for module in (jsonschema._keywords, jsonschema._utils):
-        if module.re is LinearRe:
-            continue
-        if module.re is not re:
-            raise RuntimeError(
-                f"{module.__name__} no longer uses `re` as Weave expects; review weave/schemas/linear.py"
-            )
-        module.re = LinearRe
+# ---- the keywords that run regular expressions: jsonschema's, with `search` for `re.search` --------
+
+
+def pattern(validator, patrn: str, instance: Any, schema: dict) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not search(patrn, instance):
+        yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+
+def pattern_properties(validator, patterns: dict, instance: Any, schema: dict) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for patrn, subschema in patterns.items():
+        for name, value in instance.items():
+            if search(patrn, name):
+                yield from validator.descend(value, subschema, path=name, schema_path=patrn)
+
+
+def additional_properties(validator, additional: Any, instance: Any, schema: dict) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = "|".join(schema.get("patternProperties", {}))  # one search per name, as jsonschema does
+    extras = {name for name in instance if name not in properties and not (patterns and search(patterns, name))}
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif not additional and extras:
+        if "patternProperties" in schema:
+            verb = "does" if len(extras) == 1 else "do"
+            joined = ", ".join(repr(each) for each in sorted(extras))
+            regexes = ", ".join(repr(each) for each in sorted(schema["patternProperties"]))
+            yield ValidationError(f"{joined} {verb} not match any of the regexes: {regexes}")
+        else:
+            message = "Additional properties are not allowed (%s %s unexpected)"
+            yield ValidationError(message % extras_msg(sorted(extras, key=str)))
+
+
+def evaluated_property_names(validator, instance: dict, schema: Any) -> set:
+    """The names of `instance` that `schema` evaluates, for `unevaluatedProperties`: jsonschema's
+    `find_evaluated_property_keys_by_schema`, with `search` and a set."""
+    if validator.is_type(schema, "boolean"):
+        return set()
+    evaluated: set = set()
+    for keyword in ("$ref", "$dynamicRef"):
+        reference = schema.get(keyword)
+        if reference is not None:
+            resolved = validator._resolver.lookup(reference)
+            below = validator.evolve(schema=resolved.contents, _resolver=resolved.resolver)
+            evaluated |= evaluated_property_names(below, instance, resolved.contents)
+    properties = schema.get("properties")
+    if validator.is_type(properties, "object"):
+        evaluated |= properties.keys() & instance.keys()
+    for keyword in ("additionalProperties", "unevaluatedProperties"):
+        subschema = schema.get(keyword)
+        if subschema is not None:
+            evaluated |= {name for name, value in instance.items() if _valid(validator.descend(value, subschema))}
+    if "patternProperties" in schema:
+        evaluated |= {name for name in instance if any(search(p, name) for p in schema["patternProperties"])}
+    for name, subschema in schema.get("dependentSchemas", {}).items():
+        if name in instance:
+            evaluated |= evaluated_property_names(validator, instance, subschema)
+    for keyword in ("allOf", "oneOf", "anyOf"):
+        for subschema in schema.get(keyword, []):
+            if _valid(validator.descend(instance, subschema)):
+                evaluated |= evaluated_property_names(validator, instance, subschema)
+    if "if" in schema:
+        if validator.evolve(schema=schema["if"]).is_valid(instance):
+            evaluated |= evaluated_property_names(validator, instance, schema["if"])
+            if "then" in schema:
+                evaluated |= evaluated_property_names(validator, instance, schema["then"])
+        elif "else" in schema:
+            evaluated |= evaluated_property_names(validator, instance, schema["else"])
+    return evaluated
+
+
+def _valid(errors: Iterator[ValidationError]) -> bool:
+    return next(errors, None) is None
+
+
+def unevaluated_properties(validator, unevaluated: Any, instance: Any, schema: dict) -> Iterator[ValidationError]:
+    """jsonschema's keyword with the evaluated names in a set (its list made it quadratic in the
+    object's size), each unevaluated name tested once."""
+    if not validator.is_type(instance, "object"):
+        return
+    evaluated = evaluated_property_names(validator, instance, schema)
+    extras = [
+        name
+        for name, value in instance.items()
+        if name not in evaluated and not validator.evolve(schema=unevaluated).is_valid(value)
+    ]
+    if not extras:
+        return
+    if unevaluated is False:
+        message = "Unevaluated properties are not allowed (%s %s unexpected)"
+        yield ValidationError(message % extras_msg(sorted(extras, key=str)))
+    else:
+        message = "Unevaluated properties are not valid under the given schema (%s %s unevaluated and invalid)"
+        yield ValidationError(message % extras_msg(extras))
+
+
+# What every validator Weave builds gives `jsonschema.validators.extend`: no regular expression of a
+# schema runs on Python's `re`.
+KEYWORDS = {
+    "pattern": pattern,
+    "patternProperties": pattern_properties,
+    "additionalProperties": additional_properties,
+    "unevaluatedProperties": unevaluated_properties,
+}
 
 
 # ---- uniqueItems in linear time -------------------------------------------------------------------

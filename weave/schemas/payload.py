@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import referencing
 from jsonschema import Draft202012Validator, validators
-from jsonschema._utils import extras_msg, find_evaluated_item_indexes_by_schema, find_evaluated_property_keys_by_schema
+from jsonschema._utils import extras_msg, find_evaluated_item_indexes_by_schema
 from jsonschema.exceptions import ValidationError
 
 from weave.cache import BoundedCache
@@ -62,8 +62,8 @@ def multiple_of(validator, divisor, instance, schema) -> Iterator[ValidationErro
         yield ValidationError(f"{instance!r} is not a multiple of {divisor}")
 
 
-# jsonschema keeps the evaluated indexes and names below in lists and tests every item or member
-# against them: quadratic in the array's length or the object's size. The same, with sets.
+# jsonschema keeps the evaluated indexes in a list and tests every item against it: quadratic in the
+# array's length. The same, with a set (and `unevaluatedProperties` in `linear`, which runs patterns).
 
 
 def unevaluated_items(validator, unevaluated, instance, schema) -> Iterator[ValidationError]:
@@ -75,31 +75,12 @@ def unevaluated_items(validator, unevaluated, instance, schema) -> Iterator[Vali
         yield ValidationError("Unevaluated items are not allowed (%s %s unexpected)" % extras_msg(extras))
 
 
-def unevaluated_properties(validator, unevaluated, instance, schema) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    evaluated = set(find_evaluated_property_keys_by_schema(validator, instance, schema))
-    extras = [
-        name
-        for name, value in instance.items()
-        if name not in evaluated and not validator.evolve(schema=unevaluated).is_valid(value)
-    ]
-    if not extras:
-        return
-    if unevaluated is False:
-        message = "Unevaluated properties are not allowed (%s %s unexpected)"
-        yield ValidationError(message % extras_msg(sorted(extras, key=str)))
-    else:
-        message = "Unevaluated properties are not valid under the given schema (%s %s unevaluated and invalid)"
-        yield ValidationError(message % extras_msg(extras))
-
-
 _KEYWORDS = dict(
     Draft202012Validator.VALIDATORS,
+    **linear.KEYWORDS,
     uniqueItems=linear.unique_items,
     multipleOf=multiple_of,
     unevaluatedItems=unevaluated_items,
-    unevaluatedProperties=unevaluated_properties,
 )
 PayloadValidator = staying(
     validators.extend(

@@ -1,7 +1,7 @@
 """Signal acceptance on a 3-node MariaDB Galera cluster on this machine (docs/scaling.md).
 
 Three `weave serve` processes and 8 HTTP clients (spread over the three processes) accept signals
-(the acceptance section of scripts/bench.py: over 200 instances, then into one hot instance), in
+(the signals section of scripts/bench: over 200 instances, then into one hot instance), in
 two topologies, alternating:
 - single writer: every API process uses node 0 (what a proxy in front of a cluster that sends all
   writes to one node gives);
@@ -26,9 +26,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from statistics import median
 
-sys.path.insert(0, str(Path(__file__).parent))
-import bench  # noqa: E402  (scripts/bench.py: the acceptance harness)
-
+if __name__ == "__main__":  # run by path: scripts/ in place of this folder, to import `benchmarks.*`
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from benchmarks import harness, workload  # noqa: E402
 from weave.dburl import DatabaseUrl  # noqa: E402
 from weave.devdb import GaleraCluster  # noqa: E402
 
@@ -37,14 +37,14 @@ API_PROCESSES = 3
 SERVER_THREADS = 16
 
 
-def accept(benches: list[bench.Bench], targets: list[str], signals: int, run: str) -> tuple[float, int]:
+def accept(benches: list[harness.Bench], targets: list[str], signals: int, run: str) -> tuple[float, int]:
     """`signals` sends by CLIENTS clients, client i on API process i mod 3: (signals/s, 503s)."""
     per_client = max(1, signals // CLIENTS)
-    clients: dict[int, bench.Http] = {}
+    clients: dict[int, harness.Http] = {}
     unavailable = [0]
 
     def prepare_client(i: int) -> None:
-        clients[i] = bench.Http(benches[i % len(benches)], benches[0].client_token)
+        clients[i] = harness.Http(benches[i % len(benches)], benches[0].client_token)
 
     def send(i: int) -> None:
         for n in range(per_client):
@@ -52,7 +52,7 @@ def accept(benches: list[bench.Bench], targets: list[str], signals: int, run: st
             client.headers["Idempotency-Key"] = f"{run}-c{i}-{n}"
             while True:
                 status, _ = client.post(
-                    f"/workflows/{targets[(i * per_client + n) % len(targets)]}/signals", bench._signal_body("o")
+                    f"/workflows/{targets[(i * per_client + n) % len(targets)]}/signals", workload.signal_body("o")
                 )
                 if status != 503:
                     break
@@ -60,7 +60,7 @@ def accept(benches: list[bench.Bench], targets: list[str], signals: int, run: st
                 time.sleep(0.05)
             assert status == 201, status
 
-    seconds = bench.run_threads(CLIENTS, send, prepare_client)
+    seconds = harness.run_threads(CLIENTS, send, prepare_client)
     return per_client * CLIENTS / seconds, unavailable[0]
 
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = GaleraCluster(Path(folder), 3).start()
         stack.callback(cluster.stop)
         url = DatabaseUrl.parse(cluster.url("weave_bench"))
-        database, token, _, namespace_id = bench.prepared(url)
+        database, token, _, namespace_id = harness.prepared(url)
         stack.callback(database.close)
         topologies = {
             "single writer (all API processes on node 0)": [url.on_host(0)] * API_PROCESSES,
@@ -86,23 +86,23 @@ def main(argv: list[str] | None = None) -> int:
             benches[name] = []
             for node_url in urls:
                 env = {**os.environ, "WEAVE_DATABASE_URL": node_url.url()}
-                base, pid = stack.enter_context(bench._serving(env, SERVER_THREADS, 1))
-                benches[name].append(bench.Bench(url, database, base, token, "", namespace_id, pid, 0))
+                base, pid = stack.enter_context(harness.serving(env, SERVER_THREADS, 1))
+                benches[name].append(harness.Bench(url, database, base, token, "", namespace_id, pid, 0))
         first = next(iter(benches.values()))[0]
-        bench.Http(first, token).post("/definitions", bench.SIGNAL_DEFINITION)
+        harness.Http(first, token).post("/definitions", workload.SIGNAL_DEFINITION)
         print(
             f"# weave bench-cluster — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, 3 Galera "
-            f"nodes, {API_PROCESSES} API processes, {CLIENTS} clients, load {bench._load()}",
+            f"nodes, {API_PROCESSES} API processes, {CLIENTS} clients, load {harness.load_averages()}",
             flush=True,
         )
         run = 0
         for shape, instances in (("200 instances", 200), ("one hot instance", 1)):
-            signals = args.signals if instances > 1 else min(args.signals, bench.HOT_INSTANCE_SIGNALS)
+            signals = args.signals if instances > 1 else min(args.signals, workload.HOT_INSTANCE_SIGNALS)
             figures = {name: {"rates": [], "refusals": [], "unavailable": []} for name in topologies}
             for _ in range(args.repeat):
                 for name in topologies:
                     run += 1
-                    targets = bench._start_signal_targets(first, f"r{run}", instances)
+                    targets = workload.start_signal_targets(first, f"r{run}", instances)
                     before = cluster.certification_refusals()
                     rate, unavailable = accept(benches[name], targets, signals, f"r{run}")
                     figures[name]["rates"].append(rate)

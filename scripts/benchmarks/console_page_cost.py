@@ -4,9 +4,11 @@ A private MariaDB in a temporary folder, Weave's app in this process, one workfl
 signal whose payload is 500 nested arrays around 130,000 zeros (261 KB, stored REJECTED for a wrong
 correlation key, sent by a signal-only credential); then the page is rendered `--renders` times
 through the Falcon test client. Prints the page's size, the CPU time of one render and the
-process's RSS before and after the renders and its peak (VmRSS, VmHWM: /proc/self/status).
+process's RSS before and after the renders and its peak (VmRSS, VmHWM: /proc/self/status). The
+workflow, its payload and the browser are those of tests/integration/test_console_bounds.py, which bounds the
+same page.
 
-    python scripts/console_page_cost.py [--renders 100]
+    .venv/bin/python scripts/benchmarks/console_page_cost.py [--renders 100]
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from pathlib import Path
 
 import falcon.testing
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
+TESTS = Path(__file__).resolve().parents[2] / "tests"
+sys.path[:0] = [str(TESTS / "support"), str(TESTS / "integration")]  # the helpers, and the page's test
 from clock import ControlledClock  # noqa: E402
 from helpers import Flow, make_tenant  # noqa: E402
+from test_console import QUEUES, Console  # noqa: E402
+from test_console_bounds import order_waiting, signal_body, worst_payload  # noqa: E402
 
 from weave import migrate  # noqa: E402
 from weave.app import create_app  # noqa: E402
@@ -30,28 +35,6 @@ from weave.config import Config  # noqa: E402
 from weave.db import Database  # noqa: E402
 from weave.dburl import DatabaseUrl  # noqa: E402
 from weave.devdb import PrivateServer  # noqa: E402
-
-QUEUES = ("inventory", "carrier")
-DEFINITION = {
-    "name": "flow",
-    "steps": [
-        {"key": "reserve", "type": "TASK", "queue": "inventory", "timeout_seconds": 300},
-        {
-            "key": "payment",
-            "type": "SIGNAL",
-            "timeout_seconds": 3600,
-            "correlation": "/input/order_id",
-            "signal": {"name": "payment.settled", "payload_version": "v1", "payload_schema": True},
-        },
-    ],
-}
-
-
-def worst_payload(depth: int = 500, zeros: int = 130_000):
-    value: object = [0] * zeros
-    for _ in range(depth - 1):
-        value = [value]
-    return value
 
 
 def status_kib(field: str) -> int:
@@ -72,43 +55,20 @@ def main() -> None:
             database = Database(url, clock=ControlledClock())
             client = falcon.testing.TestClient(create_app(Config(database_url=url.yoyo_url()), database))
             tenant = make_tenant(database, "acme", {"inventory": 4, "carrier": 2})
-            flow = Flow(client, tenant, database)
-            flow.publish(DEFINITION)
-            flow.start("order-1", input={"order_id": "o-1"})
-            flow.scan()
-            flow.finish_task({"reservation_id": "r-1"})
-            body = {
-                "name": "payment.settled",
-                "payload_version": "v1",
-                "target_step_key": "payment",
-                "target_activation_sequence": 1,
-                "correlation_key": "not-o-1",
-                "payload": worst_payload(),
-                "reason": "worst case",
-            }
+            flow = order_waiting(Flow(client, tenant, database))
             signaller = tenant.headers("workflows:signal", queues=QUEUES)
-            sent = flow.send("order-1", "worst", body, headers=signaller)
+            sent = flow.send("order-1", "worst", signal_body(worst_payload()), headers=signaller)
             assert sent.status_code == 201 and sent.json["disposition"] == "CORRELATION_MISMATCH", sent.text
             (stored,) = flow.rows("SELECT OCTET_LENGTH(payload) AS n FROM signals")
-
-            token = tenant.token("workflows:read", queues=QUEUES)
-            form = client.simulate_get("/console/")
-            cookies = {name: c.value for name, c in form.cookies.items()}
-            csrf = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
-            signed_in = client.simulate_post(
-                "/console/sign-in",
-                body=f"csrf={csrf}&token={token}",
-                headers={"Content-Type": "application/x-www-form-urlencoded"},
-                cookies=cookies,
-            )
-            cookies.update({name: c.value for name, c in signed_in.cookies.items() if c.value})
+            console = Console(client)
+            console.sign_in(tenant.token("workflows:read", queues=QUEUES))
 
             before = status_kib("VmRSS")
             times = []
             size = 0
             for _ in range(args.renders):
                 started = time.process_time()
-                page = client.simulate_get("/console/ns/acme/workflows/order-1", cookies=cookies)
+                page = console.get("/console/ns/acme/workflows/order-1")
                 times.append(time.process_time() - started)
                 assert page.status_code == 200, page.status_code
                 size = len(page.content)

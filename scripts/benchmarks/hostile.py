@@ -21,9 +21,6 @@ The cases:
 - item 4: a payload schema of 150 nested `not`s;
 - item 1: the console page of a workflow holding a signal whose payload is 500 nested arrays around
   130,000 zeros, stored REJECTED for a wrong correlation key (the page is measured as it is).
-
-scripts/bench.py passes itself as `harness` (its tenant, its /proc readers), so that this module
-imports nothing of it and the two cannot import each other in a circle.
 """
 
 from __future__ import annotations
@@ -33,11 +30,12 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Callable
 from urllib.parse import urlencode
 
+from benchmarks.harness import NS, cpu_seconds, rss_kib, scanners, with_workers
 from weave import auth
+from weave.cli.demo import PAYMENT_STEP, payment_signal
 from weave.rules import definitions as definition_rules
 from weave.sql import definitions, tenancy
 
@@ -108,9 +106,9 @@ class Case:
     refusal_expected: bool = False  # refused at publish (422) is done, whatever the CPU
 
 
-def run(bench, repeat: int, harness: ModuleType) -> list[dict]:
+def run(bench, repeat: int) -> list[dict]:
     """Every worst case against `bench`'s server: one row each, printed and returned."""
-    ns = f"/v1/namespaces/{harness.NS}"
+    ns = f"/v1/namespaces/{NS}"
     client = Client(bench.base, bench.client_token)
     principal = tenancy.authenticate(bench.database, auth.token_hash(bench.client_token))
     print(
@@ -120,22 +118,22 @@ def run(bench, repeat: int, harness: ModuleType) -> list[dict]:
     )
     _publish(client, ns, _small_definition("hostile-base"), 201)
     _start(client, ns, "hostile-base", "base-1")
-    baseline = _measure(bench, harness, lambda _: client.send("GET", f"{ns}/workflows/base-1"), BASELINE_REQUESTS)
+    baseline = _measure(bench, lambda _: client.send("GET", f"{ns}/workflows/base-1"), BASELINE_REQUESTS)
     base_ms = baseline["cpu_ms_per_request"]
     print(f"  {'baseline: GET a small workflow':<78} CPU {base_ms:7.2f} ms/request", flush=True)
     results = [{"label": "hostile baseline: GET a small workflow", **baseline}]
-    for case in _cases(bench, harness, client, ns, principal):
-        measured = _measure(bench, harness, case.request, repeat)
+    for case in _cases(bench, client, ns, principal):
+        measured = _measure(bench, case.request, repeat)
         results.append(_row(case, measured, base_ms))
     return results
 
 
-def _cases(bench, harness: ModuleType, client: Client, ns: str, principal) -> list[Case]:
+def _cases(bench, client: Client, ns: str, principal) -> list[Case]:
     # item 2: the worst `$ref`, refused at publish; and against a definition stored before the limits
     stored = _small_definition("hostile-ref", _nested_defs())
     definitions.publish_definition(bench.database, principal.namespace_id, stored, principal.credential_id, "bench")
     _start(client, ns, "hostile-ref", "ref-1")
-    ref_payload = _signal("o", [0] * REF_PAYLOAD_ITEMS)
+    ref_payload = payment_signal("o", [0] * REF_PAYLOAD_ITEMS, "benchmark")
     # item 3: patterns, new ones at every repetition (each repetition's own digit prefix)
     patterns = lambda n: {"anyOf": [{"pattern": _large_pattern(n * LARGE_PATTERNS + i)} for i in range(LARGE_PATTERNS)]}  # noqa: E731
     many = _small_definition("hostile-many", {"anyOf": [{"type": "string"} for _ in range(MANY_SUBSCHEMAS)]})
@@ -143,12 +141,14 @@ def _cases(bench, harness: ModuleType, client: Client, ns: str, principal) -> li
     # item 1: the console page of the worst payload, as the other engineer's console renders it
     _publish(client, ns, _small_definition("hostile-console"), 201)
     _start(client, ns, "hostile-console", "console-1")
-    _activated(bench, harness, client, f"{ns}/workflows/console-1")  # then a wrong key is REJECTED at once
+    _activated(bench, client, f"{ns}/workflows/console-1")  # then a wrong key is REJECTED at once
     deep = [0] * PAYLOAD_ZEROS
     for _ in range(PAYLOAD_ARRAYS):
         deep = [deep]
     sent = client.post_json(
-        f"{ns}/workflows/console-1/signals", _signal("wrong-key", deep), **{"Idempotency-Key": "deep"}
+        f"{ns}/workflows/console-1/signals",
+        payment_signal("wrong-key", deep, "benchmark"),
+        **{"Idempotency-Key": "deep"},
     )
     assert sent.status == 201 and json.loads(sent.body)["status"] == "REJECTED", sent.body[:300]
     console = Client(bench.base, None)
@@ -193,23 +193,23 @@ def _cases(bench, harness: ModuleType, client: Client, ns: str, principal) -> li
     ]
 
 
-def _measure(bench, harness: ModuleType, request: Callable[[int], Answer], repeat: int) -> dict:
+def _measure(bench, request: Callable[[int], Answer], repeat: int) -> dict:
     """Send `request` `repeat` times: the answers, the server's CPU and RSS around them."""
-    rss_before = harness._rss_kib(bench.server_pid)
-    cpu_start = _server_cpu(bench, harness)
+    rss_before = rss_kib(bench.server_pid)
+    cpu_start = _server_cpu(bench)
     started = time.perf_counter()
     first = request(0)
     first_wall = time.perf_counter() - started
-    cpu_first = _server_cpu(bench, harness)
-    rss_first = harness._rss_kib(bench.server_pid)
+    cpu_first = _server_cpu(bench)
+    rss_first = rss_kib(bench.server_pid)
     rss_half = rss_first
     for n in range(1, repeat):
         answer = request(n)
         assert answer.status // 100 == first.status // 100, (answer.status, first.status, answer.body[:300])
         if n == repeat // 2:
-            rss_half = harness._rss_kib(bench.server_pid)
-    cpu_end = _server_cpu(bench, harness)
-    rss_end = harness._rss_kib(bench.server_pid)
+            rss_half = rss_kib(bench.server_pid)
+    cpu_end = _server_cpu(bench)
+    rss_end = rss_kib(bench.server_pid)
     return {
         "status": first.status,
         "bytes": len(first.body),
@@ -253,8 +253,8 @@ def _row(case: Case, measured: dict, base_ms: float) -> dict:
     }
 
 
-def _server_cpu(bench, harness: ModuleType) -> float:
-    return sum(harness._cpu_seconds(pid) for pid in harness._with_workers(bench.server_pid))
+def _server_cpu(bench) -> float:
+    return sum(cpu_seconds(pid) for pid in with_workers(bench.server_pid))
 
 
 def _code(answer: Answer) -> str | None:
@@ -270,19 +270,9 @@ def _code(answer: Answer) -> str | None:
 
 
 def _small_definition(name: str, payload_schema=None) -> dict:
-    """One SIGNAL step, correlated on the input's order id, with `payload_schema` (`{}`: no check)."""
-    return {
-        "name": name,
-        "steps": [
-            {
-                "key": "payment",
-                "type": "SIGNAL",
-                "timeout_seconds": 3600,
-                "correlation": "/input/order_id",
-                "signal": {"name": "payment.settled", "payload_version": "v1", "payload_schema": payload_schema or {}},
-            }
-        ],
-    }
+    """The demo's payment step alone, with `payload_schema` (`{}`: no check)."""
+    signal = {**PAYMENT_STEP["signal"], "payload_schema": payload_schema or {}}
+    return {"name": name, "steps": [{**PAYMENT_STEP, "signal": signal}]}
 
 
 def _nested_defs() -> dict:
@@ -337,18 +327,6 @@ def _big_definition(n: int) -> dict:
     return {"name": f"hostile-big-{n}", "steps": steps}
 
 
-def _signal(correlation_key: str, payload) -> dict:
-    return {
-        "name": "payment.settled",
-        "payload_version": "v1",
-        "target_step_key": "payment",
-        "target_activation_sequence": 1,
-        "correlation_key": correlation_key,
-        "payload": payload,
-        "reason": "benchmark",
-    }
-
-
 def _publish(client: Client, ns: str, document: dict, status: int) -> Answer:
     answer = client.post_json(f"{ns}/definitions", document)
     assert answer.status == status, (answer.status, answer.body[:300])
@@ -372,9 +350,9 @@ def _start(client: Client, ns: str, definition: str, workflow_id: str) -> Answer
     return answer
 
 
-def _activated(bench, harness: ModuleType, client: Client, path: str) -> None:
+def _activated(bench, client: Client, path: str) -> None:
     """Run a scanner until the workflow at `path` has activated its first step."""
-    (scanner,) = harness._scanners(bench, 1)
+    (scanner,) = scanners(bench, 1)
     try:
         deadline = time.monotonic() + 60
         while json.loads(client.send("GET", path).body)["steps"][0]["activation_sequence"] is None:

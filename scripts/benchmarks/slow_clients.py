@@ -1,9 +1,9 @@
 """Slow clients and scrapers against a real `weave serve` (issue 26, items 5 and 9; the figures
 of docs/operations.md).
 
-    .venv/bin/python scripts/bench_slow_clients.py trickle [--connections 2100] [--seconds 40] [--no-reconnect]
-    .venv/bin/python scripts/bench_slow_clients.py bodies [--connections 200] [--body-bytes 2000000] [--seconds 20]
-    .venv/bin/python scripts/bench_slow_clients.py scrape [--scrapers 6] [--seconds 15] [--pause S] [--metrics-port]
+    .venv/bin/python scripts/benchmarks/slow_clients.py trickle [--connections 2100] [--seconds 40] [--no-reconnect]
+    .venv/bin/python scripts/benchmarks/slow_clients.py bodies [--connections 200] [--body-bytes 2000000] [--seconds 20]
+    .venv/bin/python scripts/benchmarks/slow_clients.py scrape [--scrapers 6] [--seconds 15] [--pause S] [--metrics-port]
 
 Any further arguments go to `weave serve`. A private MariaDB in $TMPDIR/weave-bench-slow-clients
 (kept between runs), a fresh database per run, one `weave serve` process of this interpreter's
@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from weave import auth, migrate
@@ -61,6 +62,22 @@ def start_database(name: str):
     migrate.ensure_database(url)
     migrate.apply(url)
     return server, url
+
+
+@contextmanager
+def served(name: str, flags: list[str]):
+    """A fresh database `measure_{name}` on the kept server and one `weave serve` of it (its log in
+    HERE/serve-{name}.log): (its URL, the port, the process); all stopped when the section ends."""
+    server, url = start_database(f"measure_{name}")
+    port = free_port()
+    with open(HERE / f"serve-{name}.log", "w") as log:
+        process = serve(url, port, flags, log)
+        try:
+            yield url, port, process
+        finally:
+            process.terminate()
+            process.wait(10)
+            server.stop()
 
 
 def serve(url, port, flags, log):
@@ -208,11 +225,7 @@ def attacker(port: int, count: int, seconds: float, interval: float, reconnect: 
 
 
 def trickle(args, flags):
-    server, url = start_database("measure_trickle")
-    port = free_port()
-    log = open(HERE / "serve-trickle.log", "w")
-    process = serve(url, port, flags, log)
-    try:
+    with served("trickle", flags) as (_, port, _):
         print(f"baseline /healthz: {get(port, '/healthz')[0]}")
         attack = subprocess.Popen(
             [sys.executable, __file__, "attacker", str(port), str(args.connections), str(args.seconds + 5)]
@@ -229,10 +242,6 @@ def trickle(args, flags):
             f"/healthz under {args.connections} trickling connections for {args.seconds} s: {summary(prober.results)}"
         )
         attack.wait(60)
-    finally:
-        process.terminate()
-        process.wait(10)
-        server.stop()
 
 
 # ---- bodies ---------------------------------------------------------------------------------------
@@ -281,11 +290,7 @@ def body_holder(port, body_bytes, stats, stop):
 
 
 def bodies(args, flags):
-    server, url = start_database("measure_bodies")
-    port = free_port()
-    log = open(HERE / "serve-bodies.log", "w")
-    process = serve(url, port, flags, log)
-    try:
+    with served("bodies", flags) as (_, port, process):
         base_rss = rss(process.pid)
         stats = {"sent": 0, "cut": 0}
         stop = threading.Event()
@@ -318,10 +323,6 @@ def bodies(args, flags):
         print(f"/healthz meanwhile: {summary(prober.results)}")
         for thread in threads:
             thread.join(5)
-    finally:
-        process.terminate()
-        process.wait(10)
-        server.stop()
 
 
 # ---- scrapes --------------------------------------------------------------------------------------
@@ -350,7 +351,14 @@ def scraper(port, stop, counts, path="/metrics", pause=0.0):
 
 
 def scrape(args, flags):
-    server, url = start_database("measure_scrape")
+    metrics_port = free_port() if args.metrics_port else None
+    if metrics_port:
+        flags = [*flags, "--metrics-port", str(metrics_port)]
+    with served("scrape", flags) as (url, port, _):
+        _scrape(args, url, port, metrics_port)
+
+
+def _scrape(args, url, port, metrics_port):
     database = Database(url)
     tenancy.create_namespace(database, "acme")
     tenancy.create_application(database, "acme", "app", None)
@@ -359,98 +367,87 @@ def scrape(args, flags):
     tenancy.create_credential(
         database, "acme", "app", "tester", sorted(auth.SCOPES), ["inventory"], auth.token_hash(token), None
     )
-    port = free_port()
-    metrics_port = free_port() if args.metrics_port else None
-    if metrics_port:
-        flags = [*flags, "--metrics-port", str(metrics_port)]
-    log = open(HERE / "serve-scrape.log", "w")
-    process = serve(url, port, flags, log)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    try:
-        document = {
-            "name": "flow",
-            "steps": [{"key": "a", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}],
-        }
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        body = {"definition": "flow", "version": 1, "input": {}, "deadline_seconds": 3600, "workflow_id": "w-1"}
-        for path, sent in (("/v1/namespaces/acme/definitions", document), ("/v1/namespaces/acme/workflows", body)):
-            conn.request("POST", path, json.dumps(sent), headers)
-            response = conn.getresponse()
-            response.read()
-            assert response.status == 201, (path, response.status)
-        conn.close()
-        # Traffic over the routes, so that the scrape has its usual families.
-        paths = [
-            "/healthz",
-            "/readyz",
-            "/nope",
-            "/v1/openapi.json",
-            "/v1/namespaces/acme/definitions",
-            "/v1/namespaces/acme/definitions/flow/versions/1",
-            "/v1/namespaces/acme/workflows",
-            "/v1/namespaces/acme/workflows/w-1",
-            "/v1/namespaces/acme/workflows/w-1/events",
-            "/v1/namespaces/acme/workflows/w-1/pause",
-            "/v1/namespaces/acme/workflows/w-1/resume",
-            "/v1/namespaces/acme/workflows/w-1/cancel",
-            "/v1/namespaces/acme/workflows/w-1/review",
-            "/v1/namespaces/acme/workflows/w-1/signals",
-            "/v1/namespaces/acme/workflows/w-1/signals/1",
-            "/v1/namespaces/acme/queues/inventory/claim",
-            "/v1/namespaces/acme/tasks/1/heartbeat",
-            "/v1/namespaces/acme/tasks/1/complete",
+    document = {
+        "name": "flow",
+        "steps": [{"key": "a", "type": "TASK", "queue": "inventory", "timeout_seconds": 30}],
+    }
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    body = {"definition": "flow", "version": 1, "input": {}, "deadline_seconds": 3600, "workflow_id": "w-1"}
+    for path, sent in (("/v1/namespaces/acme/definitions", document), ("/v1/namespaces/acme/workflows", body)):
+        conn.request("POST", path, json.dumps(sent), headers)
+        response = conn.getresponse()
+        response.read()
+        assert response.status == 201, (path, response.status)
+    conn.close()
+    # Traffic over the routes, so that the scrape has its usual families.
+    paths = [
+        "/healthz",
+        "/readyz",
+        "/nope",
+        "/v1/openapi.json",
+        "/v1/namespaces/acme/definitions",
+        "/v1/namespaces/acme/definitions/flow/versions/1",
+        "/v1/namespaces/acme/workflows",
+        "/v1/namespaces/acme/workflows/w-1",
+        "/v1/namespaces/acme/workflows/w-1/events",
+        "/v1/namespaces/acme/workflows/w-1/pause",
+        "/v1/namespaces/acme/workflows/w-1/resume",
+        "/v1/namespaces/acme/workflows/w-1/cancel",
+        "/v1/namespaces/acme/workflows/w-1/review",
+        "/v1/namespaces/acme/workflows/w-1/signals",
+        "/v1/namespaces/acme/workflows/w-1/signals/1",
+        "/v1/namespaces/acme/queues/inventory/claim",
+        "/v1/namespaces/acme/tasks/1/heartbeat",
+        "/v1/namespaces/acme/tasks/1/complete",
+    ]
+    for path in paths:
+        for method in ("GET", "POST"):
+            for auth_headers in (headers, {}):
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                c.request(method, path, body=b"{}" if method in ("POST", "PUT") else None, headers=auth_headers)
+                c.getresponse().read()
+                c.close()
+    where = metrics_port or port
+    # queries per scrape, nothing else running
+    before = questions(url)
+    scrapes = 50
+    size = 0
+    for _ in range(scrapes):
+        size = len(get(where, "/metrics")[1])
+    after = questions(url)
+    print(
+        f"sequential scrapes: {scrapes}; per scrape {(after[0] - before[0] - 1) / scrapes:.2f} statements "
+        f"({(after[1] - before[1] - 1) / scrapes:.2f} SELECTs), {size / 1000:.0f} KB"
+    )
+    # the other tenant's GET: alone, then beside the scrapers
+    workflow = "/v1/namespaces/acme/workflows/w-1"
+    for scrapers in (0, args.scrapers):
+        stop = threading.Event()
+        counts: list[int] = []
+        threads = [
+            threading.Thread(target=scraper, args=(where, stop, counts, "/metrics", args.pause), daemon=True)
+            for _ in range(scrapers)
         ]
-        for path in paths:
-            for method in ("GET", "POST"):
-                for auth_headers in (headers, {}):
-                    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-                    c.request(method, path, body=b"{}" if method in ("POST", "PUT") else None, headers=auth_headers)
-                    c.getresponse().read()
-                    c.close()
-        where = metrics_port or port
-        # queries per scrape, nothing else running
-        before = questions(url)
-        scrapes = 50
-        size = 0
-        for _ in range(scrapes):
-            size = len(get(where, "/metrics")[1])
-        after = questions(url)
+        for thread in threads:
+            thread.start()
+        q0 = questions(url)
+        prober = Prober(port, workflow, pause=0.05, headers=headers)
+        prober.start()
+        time.sleep(args.seconds)
+        prober.stop.set()
+        prober.join(10)
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        q1 = questions(url)
+        scrape_rate = len(counts) / args.seconds
         print(
-            f"sequential scrapes: {scrapes}; per scrape {(after[0] - before[0] - 1) / scrapes:.2f} statements "
-            f"({(after[1] - before[1] - 1) / scrapes:.2f} SELECTs), {size / 1000:.0f} KB"
+            f"GET {workflow} beside {scrapers} scrapers ({scrape_rate:.0f} scrapes/s, "
+            f"{q1[1] - q0[1]} SELECTs in {args.seconds} s): {summary(prober.results)}"
         )
-        # the other tenant's GET: alone, then beside the scrapers
-        workflow = "/v1/namespaces/acme/workflows/w-1"
-        for scrapers in (0, args.scrapers):
-            stop = threading.Event()
-            counts: list[int] = []
-            threads = [
-                threading.Thread(target=scraper, args=(where, stop, counts, "/metrics", args.pause), daemon=True)
-                for _ in range(scrapers)
-            ]
-            for thread in threads:
-                thread.start()
-            q0 = questions(url)
-            prober = Prober(port, workflow, pause=0.05, headers=headers)
-            prober.start()
-            time.sleep(args.seconds)
-            prober.stop.set()
-            prober.join(10)
-            stop.set()
-            for thread in threads:
-                thread.join(30)
-            q1 = questions(url)
-            scrape_rate = len(counts) / args.seconds
-            print(
-                f"GET {workflow} beside {scrapers} scrapers ({scrape_rate:.0f} scrapes/s, "
-                f"{q1[1] - q0[1]} SELECTs in {args.seconds} s): {summary(prober.results)}"
-            )
-        if metrics_port:
-            print(f"/metrics on the API port: {get(port, '/metrics')[0]}")
-    finally:
-        process.terminate()
-        process.wait(10)
-        server.stop()
+    if metrics_port:
+        print(f"/metrics on the API port: {get(port, '/metrics')[0]}")
 
 
 def main():
