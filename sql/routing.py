@@ -30,7 +30,7 @@ from weave.db import Unavailable, unit_of_work
 from weave.rules import definitions as definition_rules
 from weave.rules import routing as rules
 from weave.rules import signals as signal_rules
-from weave.sql import audit, definitions, events, instances, signals
+from weave.sql import audit, backoff, definitions, events, instances, signals
 from weave.times import rfc3339
 from weave.tx import Tx
 
@@ -254,7 +254,8 @@ def take_parked(
 
     A fact whose credential could not send it here now (revoked, expired, application disabled,
     a queue grant missing) or whose payload does not fit the wait's contract stays PARKED (it
-    expires unrouted, B5), noted in the instance's history. One the instance has no room for
+    expires unrouted, B5), noted in the instance's history; so does one whose parking ended before
+    the wait opened, whatever the scanner has done yet (the facts' times decide). One the instance has no room for
     (1,024 signals, S1.6) is REJECTED/SIGNAL_LIMIT_REACHED and stays in the namespace."""
     contract = step[definition_rules.CONTRACT_FIELDS[step["type"]]]
     lock_bucket(tx, hashed)
@@ -270,6 +271,8 @@ def take_parked(
     now = tx.now()
     taken = 0
     for fact in parked:
+        if fact["expires_at"] <= now:  # its parking ended before this wait opened: B5 expires it
+            continue
         fields = {
             "name": fact["name"],
             "payload_version": fact["payload_version"],
@@ -321,3 +324,52 @@ def take_parked(
         )
         taken += 1
     return taken
+
+
+# ---- expiry of unrouted facts (B5: a scanner source) ------------------------------------------------
+
+# A PARKED fact is due at its `parked_until` (`available_at` starts there: `signals.store`, and a
+# backoff only moves it later), through the index of the expiry of PENDING signals (S2.7).
+DUE_PARKED = """
+SELECT id, available_at AS due_at FROM signals FORCE INDEX (ix_signals_next_look)
+WHERE status = 'PARKED' AND available_at <= %s
+ORDER BY available_at, id
+LIMIT %s
+"""
+COUNT_DUE_PARKED = "SELECT COUNT(*) AS n FROM signals WHERE status = 'PARKED' AND available_at <= %s"
+LOCK_PARKED_FACT = "SELECT expires_at FROM signals WHERE id = %s AND status = 'PARKED' FOR UPDATE SKIP LOCKED"
+EXPIRE_PARKED = """
+UPDATE signals SET status = 'EXPIRED', disposition = 'EXPIRED_UNROUTED', settled_at = %s
+WHERE id = %s AND status = 'PARKED'
+"""
+PARKED_FAILURES = backoff.Source(
+    lock="SELECT attempts, available_at FROM signals WHERE id = %s AND status = 'PARKED' FOR UPDATE",
+    record="UPDATE signals SET attempts = attempts + 1, last_error = %s, available_at = %s WHERE id = %s",
+)
+
+
+def listing_parked_expiries(now, limit: int) -> tuple[str, tuple]:
+    """The read of the parked facts whose `parked_until` is due at `now`, oldest first."""
+    return DUE_PARKED, (now, limit)
+
+
+def count_parked_expiry_due(tx: Tx) -> int:
+    return tx.one(COUNT_DUE_PARKED, (tx.now(),))["n"]
+
+
+@unit_of_work
+def expire_parked(tx: Tx, signal_id: int) -> str | None:
+    """A PARKED fact whose `parked_until` has passed ends EXPIRED/EXPIRED_UNROUTED (B5).
+
+    Only the fact's row is locked (SKIP LOCKED: a take or another scanner holding it decides
+    first, and the next batch finds it no longer PARKED). A take reads the facts of its key with a
+    locking read, which waits for this row: after our COMMIT it finds the fact EXPIRED and leaves
+    it. No route bucket is needed: neither side inserts what the other must see, both move one
+    existing row out of PARKED under its row lock (on Galera both write that row, and
+    certification refuses one). No instance holds the fact: no history event is written."""
+    fact = tx.one(LOCK_PARKED_FACT, (signal_id,))
+    now = tx.now()
+    if fact is None or fact["expires_at"] > now:
+        return None
+    tx.transition(EXPIRE_PARKED, (now, signal_id), f"expire parked fact {signal_id}")
+    return "FACT_EXPIRED_UNROUTED"

@@ -1,5 +1,6 @@
-"""The scanner loop (K1-K3): four candidate sources (Pulse lease expiry, inbox events, due
-checkpoints and expiring signals), each candidate in its own short transaction.
+"""The scanner loop (K1-K3): five candidate sources (Pulse lease expiry, inbox events, due
+checkpoints, expiring signals and expiring parked facts, B5), each candidate in its own short
+transaction.
 
 One batch: every source lists at most `batch_size` due candidates (ids and due times only, no
 locks); the merged list, oldest due first, is cut to `batch_size`; each candidate is processed by
@@ -38,7 +39,7 @@ from prometheus_client import Counter
 from weave import metrics
 from weave.config import DEFAULT_SCAN_BATCH_SIZE, DEFAULT_SCAN_IDLE_SECONDS
 from weave.db import Database
-from weave.sql import backoff, checkpoints, engine, inbox, instances, signals, tasks
+from weave.sql import backoff, checkpoints, engine, inbox, instances, routing, signals, tasks
 from weave.tx import Tx
 
 log = logging.getLogger("weave.scanner")
@@ -93,6 +94,13 @@ SOURCES = (
         signals.expire_unmatched_signal,
         signals.FAILURES,
         signals.count_expiry_due,
+    ),
+    CandidateSource(
+        "fact_expiry",
+        routing.listing_parked_expiries,
+        routing.expire_parked,
+        routing.PARKED_FAILURES,
+        routing.count_parked_expiry_due,
     ),
 )
 SCANNED = (LEASE_EXPIRY, *SOURCES)  # what a scanner lists; an expired lease goes first among equals

@@ -476,14 +476,15 @@ def test_admin_stats_prints_the_backlog(env_url, capsys, flow, database, clock):
     flow.publish(task_steps("a"))
     flow.start("w-1")
     stats = run_json(capsys, "admin", "stats")
-    assert stats["due"] == {"inbox": 0, "checkpoint": 1, "signal_expiry": 0}
+    assert stats["due"] == {"inbox": 0, "checkpoint": 1, "signal_expiry": 0, "fact_expiry": 0}
     assert stats["lag_seconds"]["checkpoint"] > 0 and stats["lag_seconds"]["inbox"] == 0
     assert stats["needs_review"] == {"acme": 0}
     assert main(["admin", "stats"]) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[0] == "inbox: 0 due, the oldest for 0.0 s"
     assert text[1].startswith("checkpoint: 1 due, the oldest for ")
-    assert text[3] == "needs review in acme: 0"
+    assert text[2:4] == ["signal_expiry: 0 due, the oldest for 0.0 s", "fact_expiry: 0 due, the oldest for 0.0 s"]
+    assert text[4] == "needs review in acme: 0"
 
 
 def test_log_format_defaults_json_for_the_services_and_text_for_dev():

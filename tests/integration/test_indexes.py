@@ -433,6 +433,8 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "inbox.COUNT_DUE": (inbox.COUNT_DUE, (now,)),
         "signals.DUE_EXPIRIES": (signals.DUE_EXPIRIES, (now, 100)),
         "signals.COUNT_DUE_EXPIRIES": (signals.COUNT_DUE_EXPIRIES, (now,)),
+        "routing.DUE_PARKED": (routing.DUE_PARKED, (now, 100)),
+        "routing.COUNT_DUE_PARKED": (routing.COUNT_DUE_PARKED, (now,)),
         "tasks.SELECT_EXPIRED_LEASES": (tasks.SELECT_EXPIRED_LEASES, (now, 100)),
         "instances.NEEDS_REVIEW_BY_NAMESPACE": (instances.NEEDS_REVIEW_BY_NAMESPACE, ()),
         # process_checkpoint, and what advancing an instance reads and writes
@@ -481,6 +483,9 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "signals.LOCK_PENDING_SIGNAL": (signals.LOCK_PENDING_SIGNAL, (signal,)),
         "signals.EXPIRE_SIGNAL": (signals.EXPIRE_SIGNAL, (now, signal)),
         "signals.LOOK_AGAIN_AT": (signals.LOOK_AGAIN_AT, (now, signal)),
+        # the expiry of an unrouted fact (B5)
+        "routing.LOCK_PARKED_FACT": (routing.LOCK_PARKED_FACT, (signal,)),
+        "routing.EXPIRE_PARKED": (routing.EXPIRE_PARKED, (now, signal)),
         # inbox events
         "inbox.CLAIM_INBOX_EVENT": (inbox.CLAIM_INBOX_EVENT, (ids["inbox"],)),
         "inbox.MARK_CONSUMED": (inbox.MARK_CONSUMED, (now, ids["inbox"])),
@@ -568,6 +573,8 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         row = {"checkpoints": ids["checkpoint"], "inbox": ids["inbox"], "signals": signal}[name]
         statements[f"{name}.FAILURES.lock"] = (module.FAILURES.lock, (row,))
         statements[f"{name}.FAILURES.record"] = (module.FAILURES.record, ("boom", now, row))
+    statements["routing.PARKED_FAILURES.lock"] = (routing.PARKED_FAILURES.lock, (signal,))
+    statements["routing.PARKED_FAILURES.record"] = (routing.PARKED_FAILURES.record, ("boom", now, signal))
     return statements
 
 
@@ -594,6 +601,7 @@ EXPECTED_KEYS = {
     "checkpoints.DUE_CHECKPOINTS": ("checkpoints", "ix_checkpoints_available"),
     "inbox.DUE_INBOX_EVENTS": ("inbox_events", "ix_inbox_available"),
     "signals.DUE_EXPIRIES": ("signals", "ix_signals_next_look"),
+    "routing.DUE_PARKED": ("signals", "ix_signals_next_look"),
     "tasks.SELECT_EXPIRED_LEASES": ("tasks", "ix_tasks_lease"),
     "tasks.CLAIM_NEXT_TASK": ("tasks", "ix_tasks_claim"),
     "tenancy.SELECT_CURRENT_CREDENTIAL": ("c", "uq_credentials_token"),

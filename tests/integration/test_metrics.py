@@ -107,6 +107,7 @@ def test_the_pinned_metrics_exist_with_their_labels(client):
         "inbox",
         "checkpoint",
         "signal_expiry",
+        "fact_expiry",
     }
     recorded = {metric._name: metric for metric in vars(metrics).values() if hasattr(metric, "_labelnames")}
     for name, labels in PINNED.items():
@@ -257,7 +258,12 @@ def test_the_scanner_counts_batches_candidates_decisions_failures_backoffs_and_e
 def test_lag_is_the_age_of_the_oldest_due_candidate_of_each_source(wf, database, clock):
     """A started workflow's ROOT checkpoint is due at once, a task's outcome when the task
     completed, an early signal's expiry at the instance's deadline."""
-    assert database.read(backlog)["lag_seconds"] == {"inbox": 0.0, "checkpoint": 0.0, "signal_expiry": 0.0}
+    assert database.read(backlog)["lag_seconds"] == {
+        "inbox": 0.0,
+        "checkpoint": 0.0,
+        "signal_expiry": 0.0,
+        "fact_expiry": 0.0,
+    }
     clock.advance(30)
     assert database.read(backlog)["lag_seconds"]["checkpoint"] == 30.0
     scraped = scrape(wf.client)
@@ -268,8 +274,8 @@ def test_lag_is_the_age_of_the_oldest_due_candidate_of_each_source(wf, database,
     wf.complete(wf.claim().json, result={})
     clock.advance(2)
     figures = database.read(backlog, count_due=True)
-    assert figures["lag_seconds"] == {"inbox": 2.0, "checkpoint": 0.0, "signal_expiry": 0.0}
-    assert figures["due"] == {"inbox": 1, "checkpoint": 0, "signal_expiry": 0}
+    assert figures["lag_seconds"] == {"inbox": 2.0, "checkpoint": 0.0, "signal_expiry": 0.0, "fact_expiry": 0.0}
+    assert figures["due"] == {"inbox": 1, "checkpoint": 0, "signal_expiry": 0, "fact_expiry": 0}
     wf.scan()
     wf.start("order-2", input={"order_id": "o-2"}, deadline_seconds=60)  # not scanned: its step never waits
     assert wf.send("order-2", "early", payment("o-2")).json["status"] == "PENDING"
