@@ -98,25 +98,31 @@ def route_signal(db, principal: Principal, request: signals.SignalRequest) -> si
 
 @unit_of_work(replay_on=("uq_signals_route",))
 def _route(tx: Tx, principal: Principal, request: signals.SignalRequest) -> signals.Receipt:
+    receipt, outcome = _route_once(tx, principal, request)
+    return receipt if receipt.replayed else replace(receipt, route=outcome)
+
+
+def _route_once(tx: Tx, principal: Principal, request: signals.SignalRequest) -> tuple[signals.Receipt, str | None]:
+    """The receipt of one attempt at the route, with its outcome (B2; None on a replay)."""
     existing = tx.one(SELECT_BY_ROUTE_KEY, (principal.namespace_id, request.idempotency_key))
     if existing is not None:  # a replay passes the current checks of where the fact is (S1.5)
         if existing["id"] is not None:
             instances.require_grants(tx, principal, existing["workflow_id"], existing)
-        return signals.replay(existing, request)
+        return signals.replay(existing, request), None
     fields = request.fields
     hashed = route_hash(principal.namespace_id, fields["name"], fields["payload_version"], request.correlation)
     found = _candidates(tx, principal, request, hashed)
     outcome = rules.route(len(found))
     if outcome == rules.ROUTED:
-        return _route_to(tx, principal, request, hashed, found[0])
+        return _route_to(tx, principal, request, hashed, found[0]), outcome
     if outcome == rules.AMBIGUOUS:
-        return _store_unrouted(tx, principal, request, hashed, outcome, "REJECTED", "AMBIGUOUS_CORRELATION")
+        return _store_unrouted(tx, principal, request, hashed, outcome, "REJECTED", "AMBIGUOUS_CORRELATION"), outcome
     # None found without a lock. A wait being opened now may not be committed yet: meet it at the
     # bucket, and read again with a fresh statement, which sees every wait committed before.
     lock_bucket(tx, hashed)
     if _candidates(tx, principal, request, hashed):
         raise Rerouted()  # its instance must be locked before the bucket: start again
-    return _store_unrouted(tx, principal, request, hashed, outcome, "PARKED", None)
+    return _store_unrouted(tx, principal, request, hashed, outcome, "PARKED", None), outcome
 
 
 def _candidates(tx: Tx, principal: Principal, request: signals.SignalRequest, hashed: int) -> list[dict]:

@@ -49,6 +49,7 @@ class Receipt:
     replayed: bool
     status: str | None = None  # a new signal's status and disposition (for metrics); None on a replay
     disposition: str | None = None
+    route: str | None = None  # a new fact sent by its business key: ROUTED, PARKED or AMBIGUOUS (B2)
 
 
 # The receipt is frozen in the row it describes, written by the same INSERT. Its first member, the

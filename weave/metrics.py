@@ -80,6 +80,11 @@ SIGNAL_REQUESTS = Counter(
 SIGNALS_ACCEPTED = Counter(
     "weave_signals_accepted_total", "Signals stored, by status and disposition at acceptance", ["status", "disposition"]
 )
+SIGNALS_ROUTED = Counter(
+    "weave_signals_routed_total",
+    "Facts sent by their business key and stored, by route: ROUTED, PARKED or AMBIGUOUS (replays not counted)",
+    ["route"],
+)
 TASK_CLAIMS = Counter(
     "weave_task_claims_total",
     "Claims by result: claimed, empty, turned_away (the long-poll cap was full), or made_room (a waiting claim"
@@ -126,6 +131,7 @@ API_METRICS = (
     HTTP_DURATION,
     SIGNAL_REQUESTS,
     SIGNALS_ACCEPTED,
+    SIGNALS_ROUTED,
     TASK_CLAIMS,
     TASKS_COMPLETED,
     LEASES_LOST,

@@ -6,6 +6,7 @@ test_fault_injection.py; a killed database server in test_database_crash.py.
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
@@ -20,9 +21,9 @@ from weave.app import create_app
 from weave.config import Config
 from weave.db import Database
 from weave.devdb import free_port
-from weave.resources.signals import signal_request
+from weave.resources.signals import route_request, signal_request
 from weave.rules import signals as signal_rules
-from weave.sql import backoff, checkpoints, engine, signals, tasks
+from weave.sql import backoff, checkpoints, engine, routing, signals, tasks
 
 
 def select_one(tx):
@@ -196,6 +197,25 @@ def test_a_signal_whose_commit_answer_is_lost_answers_the_receipt_it_froze(flow,
     receipt = signals.send_signal(proxied, principal, "o-1", request)
     assert flow.send("o-1", "k-1", payment()).text == receipt.text
     assert len(flow.rows("SELECT id FROM signals")) == 1
+
+
+def test_B3_a_route_whose_commit_answer_is_lost_is_counted_at_most_once(flow, proxied, lose_commit_answer):
+    """The re-run finds its own fact and answers it as a replay: weave_signals_routed_total (counted
+    from the receipt a route returns, after its COMMIT) cannot count the fact twice."""
+    flow.publish(signal_flow_definition())
+    principal = flow.tenant.principal("workflows:signal", queues=("inventory", "carrier"))
+    body = {
+        "name": "payment.settled",
+        "payload_version": "v1",
+        "correlation_key": "o-9",
+        "payload": {"amount": 12.5},
+        "reason": "PSP webhook settled the payment",
+    }
+    lose_commit_answer()
+    receipt = routing.route_signal(proxied, principal, route_request("p-1", body))
+    assert receipt.replayed and receipt.route is None  # nothing more to count
+    assert json.loads(receipt.text)["route"] == "PARKED"
+    assert len(flow.rows("SELECT id FROM signals WHERE status = 'PARKED'")) == 1
 
 
 QUEUES = ("inventory", "carrier")

@@ -33,6 +33,7 @@ PAGE_DEFAULT = 100
 PAGE_MAX = 1000
 SEND_OUTCOMES = metrics.Children(metrics.SIGNAL_REQUESTS)
 ACCEPTED = metrics.Children(metrics.SIGNALS_ACCEPTED)
+ROUTED = metrics.Children(metrics.SIGNALS_ROUTED)
 
 
 def idempotency_header(scope: str) -> tuple:
@@ -106,7 +107,10 @@ def take_quota(database, principal) -> None:
 
 
 def answer_receipt(resp: falcon.Response, send) -> None:
-    """201 with the receipt `send()` returns (replays with Idempotent-Replayed), counted by outcome."""
+    """201 with the receipt `send()` returns (replays with Idempotent-Replayed), counted by outcome.
+
+    Counted here, once the unit has committed and returned: a unit re-run after a lost commit
+    returns one receipt (a replay, when the first commit had landed), so nothing counts twice."""
     try:
         receipt = send()
     except WeaveError as exc:
@@ -124,6 +128,8 @@ def answer_receipt(resp: falcon.Response, send) -> None:
     else:
         SEND_OUTCOMES("accepted").inc()
         ACCEPTED(receipt.status, receipt.disposition or "none").inc()
+        if receipt.route is not None:
+            ROUTED(receipt.route).inc()
 
 
 def send_signal_page(resp: falcon.Response, rows: list[dict], limit: int, workflow_id: str | None) -> None:
