@@ -60,7 +60,8 @@ WHERE s.instance_id = %s AND s.id < %s ORDER BY s.id DESC LIMIT %s
 SELECT_SIGNALS = """
 SELECT s.id, s.name, s.payload_version, s.target_step_key, s.target_activation_sequence, s.correlation,
        LEFT(s.payload, %s) AS payload, OCTET_LENGTH(s.payload) AS payload_bytes, s.payload_present, s.reason,
-       s.actor, s.idempotency_key, s.request_digest, s.status, s.disposition, s.accepted_at, s.consumed_at
+       s.actor, COALESCE(s.idempotency_key, s.route_key) AS idempotency_key, s.request_digest, s.status,
+       s.disposition, s.accepted_at, s.consumed_at, s.route_key IS NOT NULL AS by_key
 FROM signals s WHERE s.id IN %s ORDER BY s.id
 """
 ROUND_IDS_AFTER = "SELECT id FROM tasks WHERE activation_id IN %s AND id > %s ORDER BY id LIMIT %s"

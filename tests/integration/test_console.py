@@ -318,7 +318,7 @@ def test_every_console_page_declares_the_scopes_of_its_api_twin():
             assert set(responder.operation.scopes) <= twin | {"workflows:read"}, path
             assert responder.operation.not_found.name == "WORKFLOW_NOT_FOUND"
             found += 1
-    assert found == 6  # list, page, pause, resume, cancel, review
+    assert found == 7  # list, page, pause, resume, cancel, review, parked facts (GET {N}/signals)
 
 
 # ---- the list ------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from helpers import (
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
+from test_routing import fact, open_payment_wait, route
 
 from weave import metrics
 from weave.db import Database
@@ -152,40 +153,21 @@ def test_signal_outcomes_accepted_replayed_conflict_and_quota(wf, tenant, databa
     assert delta("weave_http_requests_total", route=SIGNALS, method="POST", status="201") == 2
 
 
-def route_fact(flow, key: str, order: str):
-    body = {
-        "name": "payment.settled",
-        "payload_version": "v1",
-        "correlation_key": order,
-        "payload": {"amount": 12.5},
-        "reason": "PSP webhook settled the payment",
-    }
-    return flow.client.simulate_post(
-        f"{flow.ns}/signals", json=body, headers={**flow.signaller, "Idempotency-Key": key}
-    )
-
-
-def waiting_for_payment(flow, workflow_id: str, order: str) -> None:
-    flow.start(workflow_id, input={"order_id": order})
-    flow.scan()
-    flow.finish_task()
-
-
 def test_B3_facts_sent_by_key_are_counted_by_route_once_each_replays_not(flow):
     """weave_signals_routed_total{route}: one per new fact accepted by POST {N}/signals (B2/B3), none
     for a replay or a refusal; the routed one also counts as an accepted signal of its instance."""
     flow.publish(signal_flow_definition())
-    waiting_for_payment(flow, "w-1", "o-1")
-    waiting_for_payment(flow, "w-2", "o-2")
-    waiting_for_payment(flow, "w-3", "o-2")
+    open_payment_wait(flow, "w-1", "o-1")
+    open_payment_wait(flow, "w-2", "o-2")
+    open_payment_wait(flow, "w-3", "o-2")
     delta = Delta(flow.client)
-    assert route_fact(flow, "r1", "o-1").json["route"] == "ROUTED"
-    assert route_fact(flow, "r1", "o-1").headers["Idempotent-Replayed"] == "true"
-    assert route_fact(flow, "p1", "o-9").json["route"] == "PARKED"
-    assert route_fact(flow, "p2", "o-8").json["route"] == "PARKED"
-    assert route_fact(flow, "p2", "o-8").status_code == 201  # a replay
-    assert route_fact(flow, "a1", "o-2").json["route"] == "AMBIGUOUS"
-    assert route_fact(flow, "a1", "o-3").json["code"] == "IDEMPOTENCY_CONFLICT"
+    assert route(flow, "r1", fact("o-1")).json["route"] == "ROUTED"
+    assert route(flow, "r1", fact("o-1")).headers["Idempotent-Replayed"] == "true"
+    assert route(flow, "p1", fact("o-9")).json["route"] == "PARKED"
+    assert route(flow, "p2", fact("o-8")).json["route"] == "PARKED"
+    assert route(flow, "p2", fact("o-8")).status_code == 201  # a replay
+    assert route(flow, "a1", fact("o-2")).json["route"] == "AMBIGUOUS"
+    assert route(flow, "a1", fact("o-3")).json["code"] == "IDEMPOTENCY_CONFLICT"
     assert delta("weave_signals_routed_total", route="ROUTED") == 1
     assert delta("weave_signals_routed_total", route="PARKED") == 2
     assert delta("weave_signals_routed_total", route="AMBIGUOUS") == 1

@@ -60,8 +60,10 @@ from weave.http import (
 )
 from weave.resources.workflows import DEFINITION_NAME, STATUSES
 from weave.rules import review as review_rules
+from weave.rules import routing as routing_rules
 from weave.rules import signals as signal_rules
 from weave.sql import engine, instances, sessions, tenancy
+from weave.sql import signals as signal_rows
 from weave.sql import timeline as records
 
 log = logging.getLogger(__name__)
@@ -186,9 +188,10 @@ def _redirect(resp: falcon.Response, location: str) -> None:
     resp.text = ""
 
 
-def _list_url(namespace: str, **query) -> str:
+def _list_url(namespace: str, listed: str = "workflows", **query) -> str:
+    """A namespace's list (`workflows`, or `signals`: the facts that belong to no instance) with its query."""
     query = {k: v for k, v in query.items() if v}
-    return f"{ROOT}/ns/{namespace}/workflows" + (f"?{urlencode(query)}" if query else "")
+    return f"{ROOT}/ns/{namespace}/{listed}" + (f"?{urlencode(query)}" if query else "")
 
 
 def _workflow_url(namespace: str, workflow_id: str, **query) -> str:
@@ -380,6 +383,12 @@ LIST_QUERY = (
 )
 
 
+def _list_cursor(req: falcon.Request) -> int | None:
+    """A list's `after`: the key its previous page ended at (None: absent, or not a key)."""
+    after = req.get_param("after") or ""
+    return int(after) if after.isascii() and after.isdigit() and len(after) <= 20 else None
+
+
 class WorkflowList(Console):
     @page("The review console's workflow list (HTML)", "workflows:read", query=LIST_QUERY)
     def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str) -> None:
@@ -390,8 +399,7 @@ class WorkflowList(Console):
             definition = query_text(
                 req, "definition", DEFINITION_NAME.fullmatch, "a definition name (1-128 of A-Za-z0-9_.-)"
             )
-            after = req.get_param("after") or ""
-            after = int(after) if after.isascii() and after.isdigit() and len(after) <= 20 else None
+            after = _list_cursor(req)
         except WeaveError as exc:
             problem, status, definition, after = exc, None, None, None
         in_review, more_in_review = [], None
@@ -420,6 +428,48 @@ class WorkflowList(Console):
             review_url=_list_url(namespace, status="NEEDS_REVIEW", definition=definition),
             reason_words=words.review_reason,
             workflow_url=functools.partial(_workflow_url, namespace),
+        )
+
+
+FACT_QUERY = (
+    ("status", f"one of {', '.join(signal_rows.UNROUTED_STATUSES)}"),
+    ("after", "the cursor of the previous page"),
+)
+
+
+class FactList(Console):
+    @page(
+        "The review console's list of a namespace's facts that belong to no instance (HTML, B6)",
+        "workflows:read",
+        query=FACT_QUERY,
+    )
+    def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str) -> None:
+        """The facts sent by their business key that no instance holds (B6: PARKED, EXPIRED unrouted,
+        REJECTED ambiguous or by a full instance), newest first, a page at a time by id, through
+        the API's own read (`GET {N}/signals`)."""
+        problem = None
+        try:
+            status = query_text(req, "status", signal_rows.UNROUTED_STATUSES.__contains__, FACT_QUERY[0][1])
+            after = _list_cursor(req)
+        except WeaveError as exc:
+            problem, status, after = exc, None, None
+        before = after if after and after < 2**63 else 2**63 - 1  # the API's cursor: ids below it
+        rows = signal_rows.list_facts(self.database, visit.principal, status, None, None, before, LIST_PAGE + 1)
+        facts = [{**row, "route": routing_rules.where(False, row["disposition"])} for row in rows[:LIST_PAGE]]
+        more = len(rows) > LIST_PAGE
+        _render(
+            resp,
+            "facts.html",
+            422 if problem else 200,
+            visit=visit,
+            root=ROOT,
+            namespace=namespace,
+            problem=problem,
+            statuses=signal_rows.UNROUTED_STATUSES,
+            status=status or "",
+            facts=facts,
+            has_next=more,
+            next_url=_list_url(namespace, "signals", status=status, after=facts[-1]["id"] if more else None),
         )
 
 
@@ -523,6 +573,8 @@ def show_workflow(
             **row,
             "kind": words.signal_outcome(row)[0],
             "words": words.signal_outcome(row)[1],
+            # B6: how a fact sent by its business key came here; None for one sent to this instance by its id
+            "route": routing_rules.where(True, row["disposition"]) if row["by_key"] else None,
             "value": Value(
                 # A signal stored before signal identity holds its text as it came: shown on one line.
                 budget.show(row["payload"], row["payload_bytes"], laid_out=row["request_digest"] is not None),
@@ -721,6 +773,7 @@ def routes(database, config) -> list[tuple[str, object]]:
         (f"{ROOT}/sign-out", SignOut(database, limit)),
         (f"{ROOT}/style.css", Stylesheet()),
         (f"{ns}/workflows", WorkflowList(database, limit)),
+        (f"{ns}/signals", FactList(database, limit)),  # GET {N}/signals, as a page
         (f"{ns}/workflows/{{workflow_id}}", WorkflowPage(database, limit)),
         *[
             (f"{ns}/workflows/{{workflow_id}}/{action}", WorkflowControl(database, limit, action))
