@@ -3,7 +3,7 @@
 harness      the system under test (database, `weave serve`), the HTTP client, timing, /proc, the printed line
 workload     the signal workload the signal sections share (the demo's payment step and signal)
 baselines    what Weave is divided by: its statements on bare PyMySQL, its units in-process, the floors
-pulse, e2e, signals, latency, consumption, peers, scale, validation, hostile
+pulse, e2e, signals, routing, latency, consumption, peers, scale, validation, hostile
              one module per section of `scripts/bench --only`, each with its `run`
 main         `scripts/bench`'s options and the order of the sections (__main__ runs it)
 cluster      `scripts/bench-cluster`: signal acceptance on a private Galera cluster

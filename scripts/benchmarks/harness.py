@@ -307,6 +307,13 @@ def summary(rates: dict, latencies: dict, cpu: dict, first: str, second: str) ->
     return ratios, tails, mean_cpu
 
 
+def tails_text(tails: dict, shown: dict[str, str]) -> str:
+    """The printed p50/p99 of `summary`'s tails: each contender under the name it is shown as."""
+    return "   p50/p99 ms " + " ".join(
+        f"{label} {tails[name][0]:.1f}/{tails[name][1]:.1f}" for name, label in shown.items()
+    )
+
+
 def report_pairs(label: str, rates: dict, ratios: list[float], second: str, extra: str, baseline_name: str) -> dict:
     """`report` of signals accepted by "weave" and by `second` in alternating pairs (`alternate`):
     the median rates, and the median of the pairs' ratios."""

@@ -1,6 +1,6 @@
 """Benchmarks: Weave over HTTP beside a raw PyMySQL baseline doing the same statements, same run.
 
-    scripts/bench [--only pulse|e2e|signals|latency|consumption|peer|scale|validation|hostile] [--json FILE]   (--help lists every option)
+    scripts/bench [--only pulse|e2e|signals|routing|latency|consumption|peer|scale|validation|hostile] [--json FILE]   (--help lists every option)
     scripts/bench --only scale --scale-signals 1000000   (flat cost: the figures at a million stored signals)
     scripts/bench --only signals --against main      (signal acceptance: this checkout against a revision)
     scripts/bench --only peer                        (signal acceptance beside DBOS Transact's `send`)
@@ -22,7 +22,7 @@ import os
 import time
 from pathlib import Path
 
-from benchmarks import consumption, e2e, hostile, latency, peers, pulse, scale, signals, validation
+from benchmarks import consumption, e2e, hostile, latency, peers, pulse, routing, scale, signals, validation
 from benchmarks.harness import load_averages, running_weave
 from benchmarks.workload import HOT_INSTANCE_SIGNALS
 
@@ -40,10 +40,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=3, help="alternating weave/baseline (or weave/DBOS) runs per signal figure"
     )
+    parser.add_argument(
+        "--routing-signals", type=int, default=1000, help="routing: facts per run, routed by key or addressed by id"
+    )
     parser.add_argument("--latency-signals", type=int, default=200)
     parser.add_argument(
         "--only",
-        choices=("pulse", "e2e", "signals", "latency", "consumption", "peer", "scale", "validation", "hostile"),
+        choices=(
+            "pulse",
+            "e2e",
+            "signals",
+            "routing",
+            "latency",
+            "consumption",
+            "peer",
+            "scale",
+            "validation",
+            "hostile",
+        ),
     )
     parser.add_argument("--consumption-signals", type=int, default=2000, help="signals per consumption run")
     parser.add_argument(
@@ -101,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 "pulse": lambda: pulse.run(bench, args.tasks),
                 "e2e": lambda: e2e.run(bench, args.workflows),
                 "signals": lambda: signals.run(bench, args.signals, args.repeat),
+                "routing": lambda: routing.run(bench, args.routing_signals, args.repeat),
                 "latency": lambda: latency.run(bench, args.latency_signals),
                 "consumption": lambda: consumption.run(bench, args.consumption_signals),
                 "peer": lambda: peers.run(bench, args.signals, args.repeat),

@@ -27,6 +27,7 @@ from benchmarks.harness import (
     report_pairs,
     stat_fields,
     summary,
+    tails_text,
     with_workers,
 )
 from benchmarks.workload import SIGNAL_DEFINITION, http_sender, signal_run
@@ -229,9 +230,8 @@ def run(bench: Bench, per_run: int, repeat: int, clients: int = 8, instances: in
         )
     ratios, tails, mean_cpu = summary(rates, latencies, cpu, "weave", "dbos")
     extra = (
-        f"   p50/p99 ms weave {tails['weave'][0]:.1f}/{tails['weave'][1]:.1f}"
-        f" dbos {tails['dbos'][0]:.1f}/{tails['dbos'][1]:.1f}"
-        "   CPU ms/signal weave (server, load, db) %.2f, %.2f, %.2f dbos (driver, postgres) %.2f, %.2f"
+        tails_text(tails, {"weave": "weave", "dbos": "dbos"})
+        + "   CPU ms/signal weave (server, load, db) %.2f, %.2f, %.2f dbos (driver, postgres) %.2f, %.2f"
         % (*mean_cpu["weave"], *mean_cpu["dbos"])
         + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
     )

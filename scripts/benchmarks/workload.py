@@ -105,14 +105,19 @@ def timed_sends(bench: Bench, sender, targets: list[str], clients: int, per_clie
     return len(latencies) / seconds, latencies, cpu
 
 
-def waiting_workflows(bench: Bench, prefix: str, count: int) -> list[str]:
-    """`count` workflows `{prefix}-{i}` of one SIGNAL step (definition `wait`), started over HTTP;
-    their ids once the scanners running have opened every wait."""
+def waiting_workflows(bench: Bench, prefix: str, count: int, key_prefix: str = "o") -> list[str]:
+    """`count` workflows `{prefix}-{i}` of one SIGNAL step (definition `wait`, order id and key
+    `{key_prefix}-{i}`), started over HTTP; their ids once the scanners running have opened every wait."""
     client = Http(bench, bench.client_token)  # its own: the server closes a connection idle for 10 s
     client.post("/definitions", {"name": "wait", "steps": [PAYMENT_STEP]})  # 200 once published
     ids = [f"{prefix}-{i}" for i in range(count)]
     for i, workflow_id in enumerate(ids):
-        body = {"definition": "wait", "version": 1, "input": {"order_id": f"o-{i}"}, "deadline_seconds": 86400}
+        body = {
+            "definition": "wait",
+            "version": 1,
+            "input": {"order_id": f"{key_prefix}-{i}"},
+            "deadline_seconds": 86400,
+        }
         client.post("/workflows", {**body, "workflow_id": workflow_id})
     waiting = (
         "SELECT COUNT(*) AS n FROM waits w JOIN instances i ON i.id = w.instance_id "

@@ -18,7 +18,19 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 # scripts/ is not a package (the bench is development tooling, not installed): its benchmarks are
 # imported with scripts/ on the path, as scripts/bench runs them.
 sys.path.insert(0, str(SCRIPTS))
-from benchmarks import consumption, e2e, harness, hostile, latency, peers, pulse, scale, signals, validation  # noqa: E402
+from benchmarks import (  # noqa: E402
+    consumption,
+    e2e,
+    harness,
+    hostile,
+    latency,
+    peers,
+    pulse,
+    routing,
+    scale,
+    signals,
+    validation,
+)
 
 
 def _server_binary() -> str | None:
@@ -64,6 +76,29 @@ def test_every_bench_section_runs_on_tiny_sizes():
     assert waited["label"] == "signal accepted -> consumed" and waited["max_ms"] >= waited["p50_ms"] >= 0
     assert [row["signals"] for row in consumed] == [4, 4]
     assert all(row["consumed_per_second"] > 0 and row["max_backlog"] <= 4 for row in consumed)
+
+
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+def test_B1_the_routing_section_runs_on_tiny_sizes():
+    """Issue 29's bench row: facts routed by key to open waits (each ROUTED, checked inside) beside
+    the same facts addressed by workflow id, in alternating pairs; both kinds stored as signals of
+    the waiting workflows, none refused (the next run's scanner consumes the previous run's)."""
+    with harness.running_weave(threads=4, processes=1) as running:
+        rows = routing.run(running, 4, repeat=2, client_counts=(1, 2))
+        stored = running.database.read(
+            lambda tx: tx.all(
+                "SELECT LEFT(i.workflow_id, 1) AS kind, COUNT(*) AS n FROM signals s JOIN instances i"
+                " ON i.id = s.instance_id WHERE s.status IN ('PENDING', 'CONSUMED') GROUP BY kind ORDER BY kind"
+            )
+        )
+    assert [row["label"] for row in rows] == [
+        "signals routed by key, 1 client(s)",
+        "signals routed by key, 2 client(s)",
+    ]
+    assert all(row["weave"] > 0 and row["baseline"] > 0 and row["ratio"] > 0 for row in rows)
+    assert all(len(row["run_ratios"]) == 2 for row in rows)
+    # 2 pairs x (4 facts at 1 client + 4 at 2 clients) of each kind, every one in its workflow.
+    assert [(row["kind"], row["n"]) for row in stored] == [("a", 16), ("r", 16)]
 
 
 def test_the_validation_section_runs_on_tiny_sizes():

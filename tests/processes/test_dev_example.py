@@ -159,9 +159,10 @@ def readme_commands(section: str | None = None) -> list[list[str]]:
     return commands
 
 
-def readme(*prefix: str) -> list[str]:
-    """The README's one command line that starts with these words, without its first (`weave`, `python`)."""
-    found = [words for words in readme_commands() if words[: len(prefix)] == list(prefix)]
+def readme(*prefix: str, section: str | None = None) -> list[str]:
+    """The README's one command line (of one section) that starts with these words, without its
+    first (`weave`, `python`)."""
+    found = [words for words in readme_commands(section) if words[: len(prefix)] == list(prefix)]
     assert len(found) == 1, (prefix, found)
     return found[0][1:]
 
@@ -193,7 +194,8 @@ def test_task_signal_task_example_runs_end_to_end_with_weave_dev_and_the_example
     assert (started.definition, started.version, started.input) == ("order", 1, {"order_id": "o-1"})
     assert [w.workflow_id for w in dev.client.list_workflows()] == ["order-1"]
 
-    worker = dev.worker_process(*readme("python", "scripts/example_worker.py", "--tasks", "2"))
+    first = "A first walk-through: TASK → SIGNAL → TASK"
+    worker = dev.worker_process(*readme("python", "scripts/example_worker.py", "--tasks", "2", section=first))
     waiting = dev.wait_until(
         "order-1", lambda wf: wf.step("payment").wait and wf.step("payment").wait.status == "WAITING"
     )
@@ -235,6 +237,67 @@ def test_task_signal_task_example_runs_end_to_end_with_weave_dev_and_the_example
     assert output.splitlines() == [
         'order-1 reserve -> {"reservation_id":"res-order-1"}',
         'order-1 ship -> {"tracking":"TRK-order-1","paid":{"amount":129.90}}',
+    ]
+
+
+# ---- the payment first, by key only (README "Sending the payment first, by key only", issue 29) ---------
+
+
+def test_B4_the_payment_routed_by_key_before_its_wait_opens_is_parked_then_taken_and_consumed(dev):
+    """The README's block, command by command: the fact sent by its key alone before reserve is
+    done is PARKED (B3: no wait is open); the payment wait that opens when the worker completes
+    reserve takes it (B4) with its first acceptance time, the scanner consumes it and ship runs.
+    `weave signal show ID` (B6) and `weave workflow show` read it from its id alone."""
+    section = readme_commands("Sending the payment first, by key only")
+    assert [words[:3] for words in section] == [
+        ["weave", "workflow", "start"],
+        ["weave", "signal", "route"],
+        ["python", "scripts/example_worker.py", "--tasks"],
+        ["weave", "signal", "show"],
+        ["weave", "workflow", "show"],
+    ]
+    start, route, work, show, shown_workflow = (words[1:] for words in section)
+    assert dev.weave(*start) == "workflow order-2: RUNNING, gate OPEN\n"
+    assert dev.client.get_workflow("order-2").step("reserve").task.status == "QUEUED"
+
+    printed = dev.weave(*route)
+    parked = re.fullmatch(
+        r"signal (\S+): parked until (\S+ \S+): the wait that opens for its key takes it; "
+        r"PARKED, accepted (\S+ \S+), idempotency key psp-evt-2\n",
+        printed,
+    )
+    assert parked, printed
+    signal_id = parked.group(1)
+    fact = dev.client.get_routed_signal(signal_id)
+    assert (fact.route, fact.status, fact.workflow_id) == ("PARKED", "PARKED", None)
+    assert list(dev.client.list_signals("order-2")) == []  # it belongs to no workflow yet
+
+    worker = dev.worker_process(*work)
+    output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0
+    assert output.splitlines() == [
+        'order-2 reserve -> {"reservation_id":"res-order-2"}',
+        'order-2 ship -> {"tracking":"TRK-order-2","paid":{"amount":59.00}}',
+    ]
+    dev.wait_until("order-2", lambda wf: wf.status == "SUCCEEDED")
+
+    # The README's `signal show 2` is the id the route printed (2 after the first walk-through).
+    assert show[:2] == ["signal", "show"] and len(show) == 3
+    table_rows = dict(line.split(None, 1) for line in dev.weave(*show[:2], signal_id).splitlines()[1:])
+    assert (table_rows["route"], table_rows["status"], table_rows["workflow_id"]) == ("ROUTED", "CONSUMED", "order-2")
+    assert table_rows["target_step_key"] == "payment"
+    taken = dev.client.get_routed_signal(signal_id)
+    assert (taken.route, taken.status, taken.workflow_id) == ("ROUTED", "CONSUMED", "order-2")
+    assert taken.accepted_at == fact.accepted_at  # B4: taken with its original acceptance time
+
+    assert shown_workflow == ["workflow", "show", "order-2"]
+    assert dev.weave(*shown_workflow).splitlines()[0].startswith("workflow order-2: SUCCEEDED, ")
+    shown = dev.weave_json(*shown_workflow)
+    payment = shown["workflow"]["steps"][1]
+    assert payment["wait"]["winner_signal_id"] == signal_id
+    assert payment["result"] == {"amount": Decimal("59.00")}
+    assert [(s["signal_id"], s["status"], s["idempotency_key"]) for s in shown["signals"]] == [
+        (signal_id, "CONSUMED", "psp-evt-2")
     ]
 
 
