@@ -117,12 +117,32 @@ def make_world(flow: Flow, tenant) -> World:
     flow.scan()
     assert flow.workflow("wf-review")["status"] == "NEEDS_REVIEW"
     receipts = [flow.send("wf-signal", key, payment(f"o-{n}")).json for n, key in enumerate(("k-1", "k-2"))]
+    # and a fact sent by its key that no wait takes (B3): PARKED, for the namespace reads to find
+    parked = flow.client.simulate_post(
+        f"{flow.ns}/signals",
+        json={
+            k: v for k, v in payment("o-nobody").items() if k not in ("target_step_key", "target_activation_sequence")
+        },
+        headers={**flow.signaller, "Idempotency-Key": "fact-1"},
+    ).json
+    assert parked["route"] == "PARKED", parked
+    receipts.append(parked)
     return World(
         token=tenant.token(*auth.SCOPES, queues=("inventory", "carrier"), actor="fuzzer"),
         signal_ids=[receipt["signal_id"] for receipt in receipts],
         task_ids=[claimed["task_id"] for claimed in tasks.values()],
     )
 
+
+ROUTE = "/v1/namespaces/{namespace}/signals"
+# The operations of issue 29 (routing by key, B1-B6, and the definitions list): the run must have
+# driven each of them (ten requests at least), so that a route dropped from the document fails here.
+ROUTING_OPERATIONS = {
+    f"POST {ROUTE}",
+    f"GET {ROUTE}",
+    f"GET {ROUTE}/{{signal_id}}",
+    "GET /v1/namespaces/{namespace}/definitions",
+}
 
 # Which real workflow each operation addresses: control and review would otherwise end the
 # workflow the signals are sent to in the first few examples.
@@ -169,6 +189,9 @@ class Fuzzer:
             return
         if last == "workflows":
             body.update(definition="flow", version=1)
+        elif case.operation.path == ROUTE:  # a fact by its key (B1): one of the waiting orders, or none
+            body.update(name="payment.settled", payload_version="v1")
+            body["correlation_key"] = pick.choice(["o-wf-signal", "o-wf-4", "o-nobody"])
         elif last == "signals":
             body.update(name="payment.settled", payload_version="v1", target_step_key="payment")
             body["target_activation_sequence"] = 1
@@ -293,6 +316,11 @@ def test_schemathesis_finds_nothing_wrong_with_the_served_document(
     assert not fuzzer.failures, f"{len(fuzzer.failures)} failures; the first:\n\n" + "\n\n".join(fuzzer.failures[:5])
     assert fuzzer.requests >= MIN_REQUESTS
     assert fuzzer.stored_writes >= 10
+    driven = Counter()
+    for label, count in fuzzer.operations.items():
+        driven[label.split(" (")[0]] += count
+    exercised = {operation for operation, count in driven.items() if count >= 10}
+    assert ROUTING_OPERATIONS <= exercised, ROUTING_OPERATIONS - exercised
     assert {label.split(" (")[0] for label in fuzzer.operations} == {
         f"{op.method.upper()} {op.path}" for op in operations
     }
