@@ -79,6 +79,14 @@ WAIT_TIMEOUT = 600  # payment's wait, after its activation
 TASK_TIMEOUT = 300  # reserve and ship (signal_flow_definition)
 WORKFLOWS = {"o-1": 1800, "o-2": 900}  # workflow id (also its order id and correlation key) -> total deadline
 ORDERS = ("o-1", "o-1", "o-2", "o-2", "o-9")  # the order ids of routed facts: o-9 has no workflow
+ROUTED_FACT = {  # B1: a fact without a target
+    "name": "payment.settled",
+    "payload_version": "v1",
+    "correlation_key": "o-1",
+    "payload": {"amount": 12.5},
+    "reason": "PSP webhook",
+    "park_seconds": 3600,
+}
 TWIN = "o-3"  # started by a route step: it waits for order o-1 too (B2's AMBIGUOUS)
 STEPS_IN_ORDER = ("reserve", "payment", "ship")
 QUEUE_OF = {"reserve": "inventory", "ship": "carrier"}
@@ -586,6 +594,8 @@ def test_signal_model(database, weave_tables, client, clock):
             figures[f"stage {stage}"] += 1
             if twin:  # some examples run the third workflow from the start, so both waits of o-1 open together
                 self.start_twin()
+            if stage != "paying":  # a fact of o-2 before its wait opens: parked, then taken or expired (B4, B5)
+                self.route_and_compare("r1", dict(ROUTED_FACT, correlation_key="o-2"))
             if stage != "fresh":
                 self.scan_both()
             if stage in ("holding", "paying"):
@@ -687,14 +697,12 @@ def test_signal_model(database, weave_tables, client, clock):
                 else:
                     other = changed(first, change)
                 return self.route_and_compare(key, other)
-            body = {
-                "name": "payment.settled",
-                "payload_version": "v1",
-                "correlation_key": "o-1" if kind == "o-1" else data.draw(st.sampled_from(ORDERS), label="order"),
-                "payload": {"amount": data.draw(st.sampled_from([12.5, 7]), label="amount")},
-                "reason": "PSP webhook",
-                "park_seconds": data.draw(st.sampled_from([30, 300, 900, 3600]), label="park_seconds"),
-            }
+            body = dict(
+                ROUTED_FACT,
+                correlation_key="o-1" if kind == "o-1" else data.draw(st.sampled_from(ORDERS), label="order"),
+                payload={"amount": data.draw(st.sampled_from([12.5, 7]), label="amount")},
+                park_seconds=data.draw(st.sampled_from([30, 300, 900, 3600]), label="park_seconds"),
+            )
             self.route_and_compare(f"r{len(facts) + 1}", body)
 
         def start_twin(self) -> None:
