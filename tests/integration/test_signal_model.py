@@ -13,19 +13,27 @@ id) -> `ship` (TASK) with different total deadlines. Hypothesis interleaves, in 
   in any order, as several scanners may take them;
 - the clock moving by a few seconds, or to exactly a coming deadline (a wait's, a step's, a
   workflow's), a microsecond before it or a microsecond after it;
-- pause, resume and cancel, and a review's retry_step (which makes sequence 2, 3, …).
+- pause, resume and cancel, and a review's retry_step (which makes sequence 2, 3, …);
+- facts sent by their business key (`POST {N}/signals`, B1-B3): a key whose wait is open (ROUTED),
+  a key whose wait opens later or never (PARKED, then taken by the wait that opens for it, B4, or
+  expired by the scanner's `fact_expiry` source, B5), a key two instances wait for (AMBIGUOUS: a
+  third workflow, `o-3`, waits for order o-1 once a step starts it), replays and conflicting
+  replays of route keys.
 
 `Model` below is a small pure reading of SPEC §5-§6 (and R1, R2, I3, I4, P2-P5, P7 as far as these
 workflows need them, and docs/decisions.md where the spec is silent) written for this test: it does not import `weave.rules`. Every answer of the
 service (HTTP status, problem code, every receipt field, replays byte for byte) is compared with the
 model's, and after every step so is every workflow (status, gate, review reason, each step's
 activation, result, wait and task) and every signal (status, disposition, times). Each example
-ends by letting time pass beyond every deadline: then every signal must have its one final
+checks the facts sent by key too (B2, B4, B5): each is in at most one place (it belongs to an
+instance iff it is not PARKED or refused unrouted), no PARKED fact has a WAITING wait of its key
+that could have taken it (the race rule), and its read `GET {N}/signals/{id}` agrees with the model.
+Each example ends by letting time pass beyond every deadline: then every signal must have its one final
 disposition, every wait at most one winner (read from the rows), and both sides must still agree.
 
 Lease expiry is left to Pulse's own tests: the clock never passes a lease the worker holds.
 
-CI runs EXAMPLES examples of at most STEPS steps (about half a minute). The longer run is
+CI runs EXAMPLES examples of at most STEPS steps (about half a minute; `WEAVE_MODEL_EXAMPLES=N` runs N). The longer run is
 `WEAVE_SOAK=1 scripts/test tests/integration/test_signal_model.py -s` (50 times as many examples; WEAVE_SOAK=N:
 N times that); `-s` prints what the examples reached.
 """
@@ -64,12 +72,22 @@ from weave.scanner import SOURCES
 pytestmark = pytest.mark.slow
 
 SOAK = int(os.environ.get("WEAVE_SOAK") or 0)
-EXAMPLES = 60 * (50 * SOAK if SOAK else 1)
+EXAMPLES = int(os.environ.get("WEAVE_MODEL_EXAMPLES") or 60) * (50 * SOAK if SOAK else 1)
 STEPS = 50
 
 WAIT_TIMEOUT = 600  # payment's wait, after its activation
 TASK_TIMEOUT = 300  # reserve and ship (signal_flow_definition)
 WORKFLOWS = {"o-1": 1800, "o-2": 900}  # workflow id (also its order id and correlation key) -> total deadline
+ORDERS = ("o-1", "o-1", "o-2", "o-2", "o-9")  # the order ids of routed facts: o-9 has no workflow
+ROUTED_FACT = {  # B1: a fact without a target
+    "name": "payment.settled",
+    "payload_version": "v1",
+    "correlation_key": "o-1",
+    "payload": {"amount": 12.5},
+    "reason": "PSP webhook",
+    "park_seconds": 3600,
+}
+TWIN = "o-3"  # started by a route step: it waits for order o-1 too (B2's AMBIGUOUS)
 STEPS_IN_ORDER = ("reserve", "payment", "ship")
 QUEUE_OF = {"reserve": "inventory", "ship": "carrier"}
 MAX_ATTEMPTS = 3  # signal_flow_definition's tasks (the default)
@@ -94,6 +112,10 @@ def counted(fn):
     return wrapper
 
 
+def as_bytes(value: str | bytes) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
 def canonical(body: dict) -> str:
     return json.dumps(body, sort_keys=True)
 
@@ -113,10 +135,14 @@ class Signal:
     consumed_at: datetime | None = None
     signal_id: str | None = None  # the service's, from the first receipt
     receipt: str | None = None  # the first receipt, byte for byte
+    # a fact sent by its business key (B1-B5): where it is, and the activation it went to
+    route: str | None = None  # ROUTED, PARKED, AMBIGUOUS; None for a signal sent to a workflow
+    workflow_id: str | None = None
+    aimed: int | None = None
 
     @property
     def sequence(self) -> int:
-        return self.body["target_activation_sequence"]
+        return self.body["target_activation_sequence"] if self.aimed is None else self.aimed
 
     @property
     def correlation(self) -> str:
@@ -154,12 +180,16 @@ class Activation:
 class Workflow:
     workflow_id: str
     deadline: datetime
+    order: str = ""  # its input's order_id: the payment wait's correlation key (the workflow id unless set)
     status: str = "RUNNING"
     gate: str = "OPEN"
     review_reason: str | None = None
     activations: dict[str, list[Activation]] = field(default_factory=lambda: {k: [] for k in STEPS_IN_ORDER})
     signals: list[Signal] = field(default_factory=list)
     keys: dict[str, Signal] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.order = self.order or self.workflow_id
 
     def latest(self, step: str) -> Activation | None:
         return self.activations[step][-1] if self.activations[step] else None
@@ -180,6 +210,13 @@ class Model:
         self.workflows = {
             wid: Workflow(wid, started_at + timedelta(seconds=seconds)) for wid, seconds in WORKFLOWS.items()
         }
+        self.facts: dict[str, Signal] = {}  # route key -> the fact sent by its business key (B1)
+        self.stored = 0  # signals stored so far: ids grow with it across workflows and facts
+        self.taken = 0  # parked facts taken by a wait that opened (B4)
+
+    def store(self, *args, **kwargs) -> Signal:
+        self.stored += 1
+        return Signal(*args, order=self.stored, **kwargs)
 
     # ---- S1.3-S1.10: acceptance ----
 
@@ -197,10 +234,67 @@ class Model:
         if body["target_activation_sequence"] > max(current.sequence if current else 0, 1):
             return Expected(409, "ACTIVATION_NOT_FOUND")  # §5: a sequence that does not exist yet
         status, disposition = self.disposition_at_acceptance(wf, current, body, now)
-        signal = Signal(key, body, now, wf.deadline, status, disposition, len(wf.signals))
+        signal = self.store(key, body, now, wf.deadline, status, disposition)
         wf.signals.append(signal)
         wf.keys[key] = signal
         return Expected(201, signal=signal)
+
+    # ---- B1-B3: a fact sent by its business key ----
+
+    def route(self, key: str, body: dict, now: datetime) -> Expected:
+        """B1: keys are the namespace's, a replay answers the first receipt, other content is a
+        conflict. B2: the WAITING waits of the key decide: one routes the fact into its activation
+        (accepted as any signal there), none parks it until `park_seconds` have passed, several
+        refuse it AMBIGUOUS_CORRELATION."""
+        first = self.facts.get(key)
+        if first is not None:
+            if canonical(first.body) == canonical(body):
+                return Expected(201, signal=first, replayed=True)
+            return Expected(409, "IDEMPOTENCY_CONFLICT")
+        waiting = [
+            wf
+            for wf in self.workflows.values()
+            if (a := wf.latest("payment")) is not None
+            and a.wait.status == "WAITING"
+            and a.wait.correlation == body["correlation_key"]
+        ]
+        parked_until = now + timedelta(seconds=body["park_seconds"])
+        if len(waiting) == 1:
+            wf = waiting[0]
+            a = wf.latest("payment")
+            aimed = dict(body, target_activation_sequence=a.sequence)
+            status, disposition = self.disposition_at_acceptance(wf, a, aimed, now)
+            fact = self.store(key, body, now, wf.deadline, status, disposition, route="ROUTED")
+            fact.workflow_id, fact.aimed = wf.workflow_id, a.sequence
+            wf.signals.append(fact)
+        elif waiting:
+            fact = self.store(key, body, now, parked_until, "REJECTED", "AMBIGUOUS_CORRELATION", route="AMBIGUOUS")
+        else:
+            fact = self.store(key, body, now, parked_until, "PARKED", None, route="PARKED")
+        self.facts[key] = fact
+        return Expected(201, signal=fact)
+
+    def take(self, wf: Workflow, a: Activation, now: datetime) -> None:
+        """B4: the wait that opens takes the PARKED facts of its key, oldest first, keeping their
+        accepted_at, with expires_at their parked_until; not one whose parked_until has passed (B5)."""
+        parked = [
+            f
+            for f in self.facts.values()
+            if f.status == "PARKED" and f.correlation == a.wait.correlation and now < f.expires_at
+        ]
+        for fact in sorted(parked, key=lambda f: (f.accepted_at, f.order)):
+            self.taken += 1
+            fact.status, fact.route, fact.workflow_id, fact.aimed = "PENDING", "ROUTED", wf.workflow_id, a.sequence
+            wf.signals.append(fact)
+
+    def expire_facts(self, now: datetime) -> None:
+        """B5: the scanner's `fact_expiry` source ends a PARKED fact at its parked_until."""
+        for fact in self.facts.values():
+            if fact.status == "PARKED" and fact.expires_at <= now:
+                fact.status, fact.disposition = "EXPIRED", "EXPIRED_UNROUTED"
+
+    def open_twin(self, workflow_id: str, order: str, seconds: int, now: datetime) -> None:
+        self.workflows[workflow_id] = Workflow(workflow_id, now + timedelta(seconds=seconds), order)
 
     @staticmethod
     def disposition_at_acceptance(wf: Workflow, current: Activation | None, body: dict, now: datetime):
@@ -229,6 +323,7 @@ class Model:
         for wf in self.workflows.values():
             while self._one_move(wf, now):
                 pass
+        self.expire_facts(now)
 
     def _one_move(self, wf: Workflow, now: datetime) -> bool:
         if wf.status == "RUNNING" and wf.gate == "OPEN" and now >= wf.deadline:
@@ -326,7 +421,10 @@ class Model:
         timeout = WAIT_TIMEOUT if step == "payment" else TASK_TIMEOUT
         a = Activation(step, sequence, now + timedelta(seconds=timeout))
         if step == "payment":
-            a.wait = Wait(wf.workflow_id, a.deadline)  # correlated on /input/order_id, the workflow id here
+            a.wait = Wait(wf.order, a.deadline)  # correlated on /input/order_id
+            wf.activations[step].append(a)
+            self.take(wf, a, now)
+            return
         else:
             a.task, a.available_at = "QUEUED", now
         wf.activations[step].append(a)
@@ -464,6 +562,7 @@ def test_signal_model(database, weave_tables, client, clock):
     reached = collections.Counter()  # how the workflows ended, over every example
     rules_run = collections.Counter()
     settled = collections.Counter()  # every signal's final state
+    routed = collections.Counter()  # every fact sent by key: where it ended
 
     class SignalModel(RuleBasedStateMachine):
         def __init__(self):
@@ -482,20 +581,25 @@ def test_signal_model(database, weave_tables, client, clock):
             self.requests: list[tuple[str, str, dict]] = []  # every send, for replays
             self.held: dict[str, tuple[dict, datetime]] = {}  # task id -> (claimed task, its lease's end)
             self.reported: list[dict] = []  # claimed tasks the worker has reported on
+            self.agreed: dict[str, tuple] = {}  # fact id -> (its row, the model's view) when its read last agreed
             self.steps = self.checked = 0
             self.uses = collections.Counter()  # rule name -> times run in this example (for the figures)
             figures["examples"] += 1
 
-        @initialize(stage=st.sampled_from(["paying", "holding", "paying", "reserving", "fresh"]))
-        def start(self, stage):
+        @initialize(stage=st.sampled_from(["paying", "holding", "paying", "reserving", "fresh"]), twin=st.booleans())
+        def start(self, stage, twin):
             """Most examples begin with both payment waits active; some with the reserve tasks held by
             the worker or queued, some before the scanner's first look (early signals then come
             before any step)."""
             figures[f"stage {stage}"] += 1
+            if twin:  # some examples run the third workflow from the start, so both waits of o-1 open together
+                self.start_twin()
+            if stage != "paying":  # a fact of o-2 before its wait opens: parked, then taken or expired (B4, B5)
+                self.route_and_compare("r1", dict(ROUTED_FACT, correlation_key="o-2"))
             if stage != "fresh":
                 self.scan_both()
             if stage in ("holding", "paying"):
-                for _ in WORKFLOWS:
+                for _ in self.model.workflows:
                     self.claim_from("inventory")
             if stage == "paying":
                 for task_id in sorted(self.held):
@@ -514,7 +618,7 @@ def test_signal_model(database, weave_tables, client, clock):
             workflow is another signal), else the same request again (a client retrying) or a used
             key with other content."""
             kind = data.draw(st.sampled_from(["new"] * 5 + ["repeat", "conflict"]), label="kind")
-            stored = [(wid, s) for wid, wf in self.model.workflows.items() for s in wf.signals]
+            stored = [(wid, s) for wid, wf in self.model.workflows.items() for s in wf.signals if s.route is None]
             if kind == "repeat" and self.requests:
                 self.send_and_compare(*data.draw(st.sampled_from(self.requests), label="request"))
             elif kind == "conflict" and stored:
@@ -562,6 +666,91 @@ def test_signal_model(database, weave_tables, client, clock):
             assert self.digests.setdefault(canonical(body), receipt["request_digest"]) == receipt["request_digest"]
             assert list(self.digests.values()).count(receipt["request_digest"]) == 1
             signal.signal_id, signal.receipt = receipt["signal_id"], answer.text
+
+        @rule(data=st.data())
+        @counted
+        def route(self, data):
+            """B1-B3: a fact sent by its business key, the order id: o-1 or o-2 (whose wait may be
+            open, may open later, or has passed), o-9 (no workflow waits for it), mostly new, else a
+            replay or a used route key with other content; or, once, a third workflow `o-3` starts
+            and waits for order o-1 as well (then a fact of o-1 is AMBIGUOUS while both wait)."""
+            kind = data.draw(st.sampled_from(["new"] * 5 + ["repeat", "conflict", "twin"]), label="route kind")
+            facts = sorted(self.model.facts)
+            if kind == "twin" and TWIN not in self.model.workflows:
+                self.start_twin()
+                self.scan_both()
+                for _ in range(3):  # the worker does reserve tasks until the twin's is done: its wait opens
+                    if (TWIN, "reserve", 1) not in self.model.claimable("inventory", clock.now()):
+                        break
+                    self.report_on(self.claim_from("inventory")["task_id"], "SUCCEEDED")
+                    self.scan_both()
+                kind = "o-1"  # and a fact of order o-1 now: AMBIGUOUS if both wait for it
+            if kind == "repeat" and facts:
+                key = data.draw(st.sampled_from(facts), label="route key")
+                return self.route_and_compare(key, self.model.facts[key].body)
+            if kind == "conflict" and facts:
+                key = data.draw(st.sampled_from(facts), label="route key")
+                first = self.model.facts[key].body
+                change = data.draw(st.sampled_from(["reason", "amount", "park_seconds", "correlation"]), label="change")
+                if change == "park_seconds":
+                    other = dict(first, park_seconds=first["park_seconds"] + 1)
+                else:
+                    other = changed(first, change)
+                return self.route_and_compare(key, other)
+            body = dict(
+                ROUTED_FACT,
+                correlation_key="o-1" if kind == "o-1" else data.draw(st.sampled_from(ORDERS), label="order"),
+                payload={"amount": data.draw(st.sampled_from([12.5, 7]), label="amount")},
+                park_seconds=data.draw(st.sampled_from([30, 300, 900, 3600]), label="park_seconds"),
+            )
+            self.route_and_compare(f"r{len(facts) + 1}", body)
+
+        def start_twin(self) -> None:
+            """A third workflow waiting for order o-1 as o-1 does (B2: a fact of o-1 is then AMBIGUOUS)."""
+            self.model.open_twin(TWIN, "o-1", WORKFLOWS["o-1"], clock.now())
+            self.flow.start(TWIN, input={"order_id": "o-1"}, deadline_seconds=WORKFLOWS["o-1"])
+
+        def route_and_compare(self, key: str, body: dict) -> None:
+            now = clock.now()
+            expected = self.model.route(key, body, now)
+            answer = self.flow.client.simulate_post(
+                f"{self.flow.ns}/signals", json=body, headers={**self.flow.signaller, "Idempotency-Key": key}
+            )
+            figures["routes"] += 1
+            fact = expected.signal
+            label = "route " + (expected.code or ("replay" if expected.replayed else f"{fact.route} {fact.status}"))
+            seen[label] += 1
+            assert answer.status_code == expected.http, (label, answer.text)
+            if expected.code is not None:
+                assert answer.json["code"] == expected.code, answer.text
+                return
+            if expected.replayed:  # B1: the first receipt, byte for byte, wherever the fact went since
+                assert answer.headers.get("Idempotent-Replayed") == "true"
+                assert answer.text == fact.receipt
+                return
+            receipt = answer.json
+            assert receipt["signal_id"] not in {f.signal_id for f in self.model.facts.values()}
+            assert self.fact_view(receipt) == self.fact_expected(fact), label
+            assert receipt["accepted_at"] == stamp(now)
+            fact.signal_id, fact.receipt = receipt["signal_id"], answer.text
+
+        @staticmethod
+        def fact_view(view: dict) -> dict:
+            fields = ("route", "status", "disposition", "workflow_id", "target_activation_sequence", "accepted_at")
+            return {k: view[k] for k in (*fields, "expires_at", "idempotency_key")}
+
+        @staticmethod
+        def fact_expected(fact: Signal) -> dict:
+            return {
+                "route": fact.route,
+                "status": fact.status,
+                "disposition": fact.disposition,
+                "workflow_id": fact.workflow_id,
+                "target_activation_sequence": fact.aimed,
+                "accepted_at": stamp(fact.accepted_at),
+                "expires_at": stamp(fact.expires_at),
+                "idempotency_key": fact.key,
+            }
 
         # ---- the worker ----
 
@@ -726,6 +915,7 @@ def test_signal_model(database, weave_tables, client, clock):
             for workflow_id, wf in self.model.workflows.items():
                 self.compare_workflow(self.flow.workflow(workflow_id), wf)
                 self.compare_signals(workflow_id, wf)
+            self.compare_facts()
             self.checked = self.steps
             figures["checks"] += 1
 
@@ -763,8 +953,9 @@ def test_signal_model(database, weave_tables, client, clock):
             listed = self.flow.client.simulate_get(
                 f"{self.flow.ns}/workflows/{workflow_id}/signals", headers=self.flow.signaller
             ).json["signals"]
-            assert [s["signal_id"] for s in listed] == [s.signal_id for s in wf.signals]  # refusals store nothing
-            for row, signal in zip(listed, wf.signals):
+            stored = sorted(wf.signals, key=lambda s: s.order)  # a fact taken later was stored earlier (B4)
+            assert [s["signal_id"] for s in listed] == [s.signal_id for s in stored]  # refusals store nothing
+            for row, signal in zip(listed, stored):
                 expected = {
                     "status": signal.status,
                     "disposition": signal.disposition,
@@ -776,6 +967,44 @@ def test_signal_model(database, weave_tables, client, clock):
                     "idempotency_key": signal.key,
                 }
                 assert {k: row[k] for k in expected} == expected, (workflow_id, row)
+
+        def compare_facts(self) -> None:
+            """B2, B4, B5 after every step: each fact sent by key is in one place (it belongs to an
+            instance iff it is neither PARKED nor refused unrouted), no PARKED fact has a WAITING wait
+            of its key that could have taken it (the race rule: its parking had not ended when the
+            wait opened), and its read GET {N}/signals/{id} is the model's. A read is a view of its row:
+            it is read again whenever its row or the model's fact changed since it last agreed."""
+            rows = database.run(
+                lambda tx: tx.all(
+                    "SELECT id, instance_id, status, disposition, correlation, accepted_at, expires_at, consumed_at,"
+                    " target_activation_sequence FROM signals WHERE route_key IS NOT NULL ORDER BY id"
+                )
+            )
+            facts = sorted(self.model.facts.values(), key=lambda f: f.order)
+            assert [str(r["id"]) for r in rows] == [f.signal_id for f in facts]
+            for row, fact in zip(rows, facts):
+                assert (row["instance_id"] is not None) == (fact.workflow_id is not None), (row, fact)
+                assert (row["status"] == "PARKED") <= (row["instance_id"] is None), row
+            opened = database.run(
+                lambda tx: tx.all("SELECT correlation, created_at FROM waits WHERE status = 'WAITING'")
+            )
+            for row in rows:
+                if row["status"] == "PARKED":
+                    takers = [w for w in opened if as_bytes(w["correlation"]) == as_bytes(row["correlation"])]
+                    assert all(w["created_at"] >= row["expires_at"] for w in takers), (row, takers)
+            for row, fact in zip(rows, facts):
+                expected = {**self.fact_expected(fact), "consumed_at": stamp(fact.consumed_at)}
+                both = (tuple(row.values()), canonical(expected))
+                if self.agreed.get(fact.signal_id) == both:
+                    continue
+                answer = self.flow.client.simulate_get(
+                    f"{self.flow.ns}/signals/{fact.signal_id}", headers=self.operator
+                )
+                assert answer.status_code == 200, answer.text
+                assert {**self.fact_view(answer.json), "consumed_at": answer.json["consumed_at"]} == expected, (
+                    answer.json
+                )
+                self.agreed[fact.signal_id] = both
 
         def teardown(self):
             """Time passes beyond every deadline with nobody sending or working: everything settles."""
@@ -798,9 +1027,12 @@ def test_signal_model(database, weave_tables, client, clock):
             figures["signals"] += len(rows)
             figures["waits"] += len(waits)
             figures["steps"] += self.steps
+            figures["facts taken"] += self.model.taken
             rules_run.update(self.uses)
             for wf in self.model.workflows.values():
-                settled.update(f"{s.status} {s.disposition or ''}".strip() for s in wf.signals)
+                settled.update(f"{s.status} {s.disposition or ''}".strip() for s in wf.signals if s.route is None)
+            settled.update(f"fact {f.status} {f.disposition or ''}".strip() for f in self.model.facts.values())
+            routed.update(f"{f.route} {f.status} {f.disposition or ''}".strip() for f in self.model.facts.values())
             for wf in self.model.workflows.values():
                 reached[f"{wf.status} {wf.review_reason or ''}".strip()] += 1
                 reached[f"payment activations: {len(wf.activations['payment'])}"] += 1
@@ -819,3 +1051,9 @@ def test_signal_model(database, weave_tables, client, clock):
     print("signals ended:", dict(sorted(settled.items())))
     print("rules run:", dict(rules_run))
     print("workflows ended:", dict(sorted(reached.items())))
+    print("facts ended:", dict(sorted(routed.items())))
+    # B2, B4, B5: the facts sent by key reached each of their ways, or the model proved nothing of them
+    assert seen["route ROUTED PENDING"] and seen["route PARKED PARKED"] and seen["route replay"], dict(seen)
+    assert seen["route IDEMPOTENCY_CONFLICT"] and seen["route AMBIGUOUS REJECTED"], dict(seen)
+    assert figures["facts taken"], "no parked fact was taken by a wait that opened (B4)"
+    assert routed["PARKED EXPIRED EXPIRED_UNROUTED"], "no parked fact expired (B5)"
