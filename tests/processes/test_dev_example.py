@@ -258,7 +258,9 @@ def test_B4_the_payment_routed_by_key_before_its_wait_opens_is_parked_then_taken
     ]
     start, route, work, show, shown_workflow = (words[1:] for words in section)
     assert dev.weave(*start) == "workflow order-2: RUNNING, gate OPEN\n"
-    assert dev.client.get_workflow("order-2").step("reserve").task.status == "QUEUED"
+    # The scanner activates reserve after the start commits: wait for its task, not for a guess.
+    reserve = eventually(lambda: dev.client.get_workflow("order-2").step("reserve").task)
+    assert reserve.status == "QUEUED"
 
     printed = dev.weave(*route)
     parked = re.fullmatch(
