@@ -9,7 +9,7 @@ from weave.config import Config
 from weave.console import pages as console
 from weave.db import Database
 from weave.http import Authenticate, BodyCap, Observe, RequestId
-from weave.resources import definitions, health, review, signals, tasks, waiting, workflows
+from weave.resources import batches, definitions, health, review, signals, tasks, waiting, workflows
 from weave.resources.metrics import Metrics
 from weave.resources.openapi import OpenApiDocument
 
@@ -35,6 +35,7 @@ def routes(database: Database, config: Config, metrics_route: bool = True) -> li
         (f"{N}/workflows/{{workflow_id}}/review", review.WorkflowReview(database, limit)),
         (f"{N}/signals", signals.NamespaceSignals(database, limit)),
         (f"{N}/signals/{{signal_id}}", signals.NamespaceSignal(database, slots=slots)),
+        (f"{N}/signal-batches", batches.SignalBatches(database, limit)),
         (f"{N}/workflows/{{workflow_id}}/signals", signals.WorkflowSignals(database, limit)),
         (f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}", signals.WorkflowSignal(database, slots=slots)),
         (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit, slots)),

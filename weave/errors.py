@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+from dataclasses import dataclass
 from typing import Sequence
 
 import falcon
@@ -94,11 +95,45 @@ def problem_text(code: Code, detail: str, errors: list[dict] | None = None) -> s
     return json.dumps(problem(code, detail, errors), ensure_ascii=False)
 
 
-def _respond(resp: falcon.Response, code: Code, detail: str, errors=None, headers=None) -> None:
-    resp.status = code.status
+@dataclass(frozen=True)
+class Answer:
+    """What answers an error: its HTTP status, its problem+json text and its headers."""
+
+    status: int
+    text: str
+    headers: dict[str, str]
+
+
+def answer(exc: Exception) -> Answer:
+    """The answer to `exc`: the one mapping of errors to problem+json, for a request (`install`)
+    and for each item of a batch (B8), so that an item's answer is the single request's, byte
+    for byte. Weave errors, Falcon errors, database unavailability, values the database refused;
+    anything else is an internal error (its caller logs it)."""
+    if isinstance(exc, WeaveError):
+        return Answer(exc.code.status, problem_text(exc.code, exc.detail, exc.errors), exc.headers)
+    if isinstance(exc, falcon.HTTPError):
+        code = _FALCON_STATUS_CODES.get(exc.status_code, Code.BAD_REQUEST)
+        text = problem_text(code, exc.description or exc.title or code.title)
+        return Answer(exc.status_code, text, dict(exc.headers or {}))
+    if isinstance(exc, db.Unavailable):
+        return Answer(
+            Code.UNAVAILABLE.status, problem_text(Code.UNAVAILABLE, f"{exc.what}; retry shortly"), {"Retry-After": "1"}
+        )
+    if isinstance(exc, db.InvalidValue):
+        # Input that got past the API's own checks: the client's error, but ours to tighten.
+        detail = "a value of the request has characters or a length that its field does not allow"
+        return Answer(Code.VALIDATION_FAILED.status, problem_text(Code.VALIDATION_FAILED, detail), {})
+    return Answer(
+        Code.INTERNAL.status, problem_text(Code.INTERNAL, "an internal error occurred; it has been logged"), {}
+    )
+
+
+def _respond(resp: falcon.Response, ex: Exception) -> None:
+    answered = answer(ex)
+    resp.status = answered.status
     resp.content_type = PROBLEM_JSON
-    resp.text = problem_text(code, detail, errors)
-    for name, value in (headers or {}).items():
+    resp.text = answered.text
+    for name, value in answered.headers.items():
         resp.set_header(name, value)
 
 
@@ -117,30 +152,22 @@ def install(app: falcon.App) -> None:
     """Register the handlers: Weave errors, Falcon errors, database unavailability, the rest."""
 
     def weave_error(req, resp, ex: WeaveError, params):
-        _respond(resp, ex.code, ex.detail, ex.errors, ex.headers)
+        _respond(resp, ex)
 
     def falcon_error(req, resp, ex: falcon.HTTPError, params):
-        code = _FALCON_STATUS_CODES.get(ex.status_code, Code.BAD_REQUEST)
-        headers = dict(ex.headers or {})
-        _respond(resp, code, ex.description or ex.title or code.title, headers=headers)
-        resp.status = ex.status_code
+        _respond(resp, ex)
 
     def unavailable(req, resp, ex: db.Unavailable, params):
         log.warning("503 for %s %s: %s", req.method, req.path, ex)
-        _respond(resp, Code.UNAVAILABLE, f"{ex.what}; retry shortly", headers={"Retry-After": "1"})
+        _respond(resp, ex)
 
     def invalid_value(req, resp, ex: db.InvalidValue, params):
-        # Input that got past the API's own checks: the client's error, but ours to tighten.
         log.warning("422 for %s %s: %s", req.method, req.path, ex)
-        _respond(
-            resp,
-            Code.VALIDATION_FAILED,
-            "a value of the request has characters or a length that its field does not allow",
-        )
+        _respond(resp, ex)
 
     def unexpected(req, resp, ex: Exception, params):
         log.exception("unexpected error in %s %s", req.method, req.path)
-        _respond(resp, Code.INTERNAL, "an internal error occurred; it has been logged")
+        _respond(resp, ex)
 
     # Falcon picks the most specific registered class, so the order here does not matter.
     app.add_error_handler(Exception, unexpected)

@@ -125,6 +125,7 @@ OPERATIONS = [
     ("POST", f"{N}/signals", "NOT_FOUND", {"workflows:signal"}),
     ("GET", f"{N}/signals", "NOT_FOUND", {"workflows:read"}),
     ("GET", f"{N}/signals/{{signal_id}}", "SIGNAL_NOT_FOUND", {"workflows:read"}),
+    ("POST", f"{N}/signal-batches", "NOT_FOUND", {"workflows:signal"}),
     ("POST", f"{N}/queues/{{queue}}/claim", "NOT_FOUND", {"tasks:work"}),
     ("POST", f"{N}/tasks/{{task_id}}/heartbeat", "TASK_NOT_FOUND", {"tasks:work"}),
     ("POST", f"{N}/tasks/{{task_id}}/complete", "TASK_NOT_FOUND", {"tasks:work"}),

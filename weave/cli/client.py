@@ -13,6 +13,8 @@ These commands talk to a running Weave over HTTP with a token, never to the data
                          [--sequence N] [--payload JSON] [--evidence-ref REF] [--idempotency-key KEY] --reason TEXT
     weave signal route --name NAME --payload-version V --correlation-key K [--park-seconds S]
                          [--payload JSON] [--evidence-ref REF] [--idempotency-key KEY] --reason TEXT
+    weave signal send-batch FILE            JSON lines (`-`: standard input), one signal body per line: with
+                                            `workflow_id` as `send`, without as `route`; one line per result
     weave signal list ID [--status S]
     weave signal show [ID] SIGNAL_ID [--wait-seconds S]   without ID: a fact sent by `route`, wherever it is
 
@@ -407,6 +409,49 @@ def signal_route(client: sdk.Client, args) -> None:
     print(f"signal {receipt.signal_id}: {where}; {_acceptance(receipt)}")
 
 
+def batch_items(path: str) -> list[dict]:
+    """The items of `signal send-batch`: one JSON object per non-blank line of the file (`-`: stdin)."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc.strerror}") from None
+    items = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                items.append(sdk.loads(line))
+            except ValueError as exc:
+                raise argparse.ArgumentTypeError(f"{path} line {number} is not JSON: {exc}") from None
+            if not isinstance(items[-1], dict):
+                raise argparse.ArgumentTypeError(f"{path} line {number} is not a JSON object")
+    return items
+
+
+def signal_send_batch(client: sdk.Client, args) -> None:
+    """Up to 100 signals in one request (B8): one line per item, in order, as `send`/`route` say it."""
+    results = client.send_signals(args.items)
+    for number, result in enumerate(results, 1):
+        if args.json:
+            _print_json(result.raw if isinstance(result, sdk.Receipt) else _refusal(result))
+        elif isinstance(result, sdk.Receipt):
+            print(f"{number}: signal {result.signal_id}: {_where(result)}{_acceptance(result)}")
+        else:
+            pointers = "".join(f"; {e.get('pointer') or '/'}: {e.get('message', '')}" for e in result.errors[1:])
+            print(f"{number}: refused {result.status} {result.code}: {result.detail}{pointers}")
+
+
+def _refusal(error: sdk.WeaveError) -> dict:
+    return {"status": error.status, "code": error.code, "detail": error.detail, "errors": error.errors}
+
+
+def _where(receipt: sdk.Receipt) -> str:
+    """A routed fact's route (B3), and the workflow it went to."""
+    route = getattr(receipt, "route", None)
+    if route is None:
+        return ""
+    return f"{route} to workflow {receipt.workflow_id}; " if receipt.workflow_id else f"{route}; "
+
+
 def signal_list(client: sdk.Client, args) -> None:
     signals = list(client.list_signals(args.workflow_id, status=args.status))
     if args.json:
@@ -515,6 +560,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--park-seconds", type=_positive, help="how long it waits for its wait to open (default a day)")
     _fact_arguments(p)
     p.set_defaults(run=_command(signal_route))
+    p = actions.add_parser(
+        "send-batch", parents=[remote], help="send up to 100 signals from a JSON lines file, one answer line each"
+    )
+    p.add_argument("items", metavar="FILE", type=batch_items, help="JSON lines, one signal body each; - for stdin")
+    p.set_defaults(run=_command(signal_send_batch))
     p = actions.add_parser("list", parents=[remote], help="a workflow's signals with their dispositions")
     p.add_argument("workflow_id")
     p.add_argument("--status", choices=SIGNAL_STATUSES)

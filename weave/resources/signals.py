@@ -46,12 +46,17 @@ def idempotency_header(scope: str) -> tuple:
 
 
 def _idempotency_key(req: falcon.Request) -> str:
-    key = req.get_header("Idempotency-Key")
-    if key is None or not IDEMPOTENCY_KEY.match(key):
+    return checked_key(req.get_header("Idempotency-Key"), "header Idempotency-Key", "header:Idempotency-Key")
+
+
+def checked_key(key, named: str, pointer: str) -> str:
+    """An idempotency key as sent (the header of a single request, a member of a batch item, B8):
+    1-128 printable ASCII, else VALIDATION_FAILED."""
+    if not isinstance(key, str) or not IDEMPOTENCY_KEY.match(key):
         raise WeaveError(
             Code.VALIDATION_FAILED,
-            "header Idempotency-Key is required: 1-128 printable ASCII characters",
-            [{"pointer": "header:Idempotency-Key", "message": "1-128 printable ASCII characters"}],
+            f"{named} is required: 1-128 printable ASCII characters",
+            [{"pointer": pointer, "message": "1-128 printable ASCII characters"}],
         )
     return key
 
@@ -106,8 +111,22 @@ def take_quota(database, principal) -> None:
             )
 
 
-def answer_receipt(resp: falcon.Response, send) -> None:
-    """201 with the receipt `send()` returns (replays with Idempotent-Replayed), counted by outcome.
+def send_addressed(database, principal, workflow_id: str, key: str, body: dict) -> signals.Receipt:
+    """S1.3 after authentication: the request built from a validated body, the quota, the unit."""
+    request = signal_request(key, body)
+    take_quota(database, principal)
+    return signals.send_signal(database, principal, workflow_id, request)
+
+
+def send_routed(database, principal, key: str, body: dict) -> signals.Receipt:
+    """B1 after authentication: the request built from a validated body, the quota, the unit."""
+    request = route_request(key, body)
+    take_quota(database, principal)
+    return routing.route_signal(database, principal, request)
+
+
+def counted(send) -> signals.Receipt:
+    """The receipt `send()` returns, its outcome counted (a refusal by its code).
 
     Counted here, once the unit has committed and returned: a unit re-run after a lost commit
     returns one receipt (a replay, when the first commit had landed), so nothing counts twice."""
@@ -119,17 +138,27 @@ def answer_receipt(resp: falcon.Response, send) -> None:
     except Unavailable:
         SEND_OUTCOMES(Code.UNAVAILABLE.name).inc()
         raise
-    resp.status = 201
-    resp.content_type = "application/json"
-    resp.text = receipt.text
     if receipt.replayed:
         SEND_OUTCOMES("replayed").inc()
-        resp.set_header("Idempotent-Replayed", "true")
     else:
         SEND_OUTCOMES("accepted").inc()
         ACCEPTED(receipt.status, receipt.disposition or "none").inc()
         if receipt.route is not None:
             ROUTED(receipt.route).inc()
+    return receipt
+
+
+REPLAYED = {"Idempotent-Replayed": "true"}
+
+
+def answer_receipt(resp: falcon.Response, send) -> None:
+    """201 with the receipt `send()` returns (replays with Idempotent-Replayed), counted by outcome."""
+    receipt = counted(send)
+    resp.status = 201
+    resp.content_type = "application/json"
+    resp.text = receipt.text
+    if receipt.replayed:
+        resp.set_headers(REPLAYED)
 
 
 def send_signal_page(resp: falcon.Response, rows: list[dict], limit: int, workflow_id: str | None) -> None:
@@ -159,10 +188,10 @@ class WorkflowSignals(Resource):
         answer_receipt(resp, lambda: self._send(req, workflow_id))
 
     def _send(self, req: falcon.Request, workflow_id: str) -> signals.Receipt:
-        principal = req.context.principal
-        request = signal_request(_idempotency_key(req), read_json(req, "signal", self.body_limit))
-        take_quota(self.database, principal)
-        return signals.send_signal(self.database, principal, workflow_id, request)
+        key = _idempotency_key(req)
+        return send_addressed(
+            self.database, req.context.principal, workflow_id, key, read_json(req, "signal", self.body_limit)
+        )
 
     @operation(
         "List a workflow's signals with their dispositions, oldest first",
@@ -281,10 +310,8 @@ class NamespaceSignals(Resource):
         answer_receipt(resp, lambda: self._route(req))
 
     def _route(self, req: falcon.Request) -> signals.Receipt:
-        principal = req.context.principal
-        request = route_request(_idempotency_key(req), read_json(req, "route_signal", self.body_limit))
-        take_quota(self.database, principal)
-        return routing.route_signal(self.database, principal, request)
+        key = _idempotency_key(req)
+        return send_routed(self.database, req.context.principal, key, read_json(req, "route_signal", self.body_limit))
 
     @operation(
         "List the namespace's facts that belong to no instance (B6): parked, expired unrouted, refused; newest first",

@@ -11,7 +11,8 @@ something twice:
 - a connection that could not be opened: nothing was sent, so every call is retried;
 - after a connection error (reset, timeout, closed before the answer) or a 503, only calls whose
   repetition is harmless: reads (GET), `send_signal` (one `Idempotency-Key` per call, sent again
-  unchanged: the server answers a repeat with the first receipt), `start_workflow` (the
+  unchanged: the server answers a repeat with the first receipt), `send_signals` (likewise, one
+  key per item), `start_workflow` (the
   `workflow_id`, generated here when not given, makes a repeat answer the same instance) and
   `heartbeat` (extending a lease twice is extending it);
 - after a 429 (`QUOTA_EXCEEDED`), `send_signal`, after `Retry-After`.
@@ -64,6 +65,20 @@ def _read(cls: type[T], answer: Answer) -> T:
         return models.from_json(cls, answer.body)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidResponse("INVALID_RESPONSE", answer.status, f"not a {cls.__name__}: {exc}") from None
+
+
+def _new_key() -> str:
+    return f"sdk-{uuid.uuid4().hex}"
+
+
+def _item_result(result: dict, receipt_type: type) -> models.Receipt | errors.WeaveError:
+    """One result of a signal batch (B8) as the single call would have returned or raised it."""
+    headers = result.get("headers") or {}
+    if result["status"] >= 400:
+        return errors.from_answer(result["status"], headers.get("Retry-After"), result["body"])
+    receipt = _read(receipt_type, Answer(result["status"], headers, result["body"]))
+    receipt.replayed = headers.get("Idempotent-Replayed") == "true"
+    return receipt
 
 
 class _NotSent(Exception):
@@ -294,11 +309,33 @@ class Client:
         body["reason"] = reason
         if evidence_ref is not None:
             body["evidence_ref"] = evidence_ref
-        key = idempotency_key if idempotency_key is not None else f"sdk-{uuid.uuid4().hex}"
+        key = idempotency_key if idempotency_key is not None else _new_key()
         answer = self._call("POST", path, body=body, headers={"Idempotency-Key": key}, retry=True, retry_quota=True)
         receipt = _read(receipt_type, answer)
         receipt.replayed = (answer.headers.get("Idempotent-Replayed") or "").lower() == "true"
         return receipt
+
+    def send_signals(self, items: list[dict[str, Any]]) -> list[models.Receipt | errors.WeaveError]:
+        """Send 1-100 signals in one request (B8); one result per item, in order: its receipt
+        (`RoutedReceipt` for an item without `workflow_id`, `replayed` when it answered a repeat)
+        or the `WeaveError` it alone would have raised. Nothing is raised for an item; the
+        request itself may raise (401, 413, 422 for 0 or over 100 items, a connection failure).
+
+        Each item is a request body as the API takes it: `send_signal`'s body plus its
+        `workflow_id`, or `route_signal`'s body (B1), each with an `idempotency_key`; an item
+        without one is given a new random one here (the items passed in are not changed). Every
+        item then has its key, so after a connection error or a 503 the batch is sent again
+        unchanged: items that were accepted answer as replays.
+        """
+        keyed = [item if "idempotency_key" in item else {**item, "idempotency_key": _new_key()} for item in items]
+        answer = self._call("POST", self._ns("signal-batches"), body={"signals": keyed}, retry=True)
+        results = answer.body.get("results") if isinstance(answer.body, dict) else None
+        if not isinstance(results, list) or len(results) != len(keyed):
+            raise errors.InvalidResponse("INVALID_RESPONSE", answer.status, f"not {len(keyed)} batch results")
+        return [
+            _item_result(result, models.Receipt if "workflow_id" in item else models.RoutedReceipt)
+            for item, result in zip(keyed, results)
+        ]
 
     def get_signal(self, workflow_id: str, signal_id: str, wait_seconds: int = 0) -> models.Signal:
         """A workflow's signal as it is now; with `wait_seconds` (≤ 20), once it is no longer

@@ -1,0 +1,352 @@
+"""B8: a batch of signals, each item answered exactly as its single request would be (status and
+body byte for byte), items independent; under a COMMIT cut by the fault proxy, every item is
+accepted once or not at all, and the batch sent again answers the accepted ones as replays."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import falcon.testing
+import pytest
+from helpers import payment, signal_flow_definition
+
+from weave.app import create_app
+from weave.config import Config
+from weave.db import connect
+from weave.sql import tenancy
+
+BATCH_MEMBERS = ("workflow_id", "idempotency_key")
+COUNTED = ("signals", "events", "audit_records", "signal_quota_windows")
+
+
+def fact(order: str, **overrides) -> dict:
+    """A routed fact's body (B1)."""
+    body = {
+        "name": "payment.settled",
+        "payload_version": "v1",
+        "correlation_key": order,
+        "payload": {"amount": 12.5},
+        "reason": "PSP webhook settled the payment",
+    }
+    return {**body, **overrides}
+
+
+def addressed(workflow_id: str, key: str, **overrides) -> dict:
+    return {"workflow_id": workflow_id, "idempotency_key": key, **payment(**overrides)}
+
+
+def routed(key: str, order: str, **overrides) -> dict:
+    return {"idempotency_key": key, **fact(order, **overrides)}
+
+
+def batch(flow, items: list, headers: dict | None = None, client=None):
+    return (client or flow.client).simulate_post(
+        f"{flow.ns}/signal-batches", json={"signals": items}, headers=headers or flow.signaller
+    )
+
+
+def alone(flow, item: dict, headers: dict | None = None):
+    """The single request of a batch item: its body, its key as the header, its workflow in the path."""
+    body = {name: value for name, value in item.items() if name not in BATCH_MEMBERS}
+    path = f"{flow.ns}/workflows/{item['workflow_id']}/signals" if "workflow_id" in item else f"{flow.ns}/signals"
+    return flow.client.simulate_post(
+        path, json=body, headers={**(headers or flow.signaller), "Idempotency-Key": item["idempotency_key"]}
+    )
+
+
+def raw_results(answer) -> list[tuple[int, bytes, dict]]:
+    """Each result's status, the exact bytes of its body within the answer, and its headers."""
+    text = answer.text
+    decoder = json.JSONDecoder()
+    found, at = [], 0
+    for result in answer.json["results"]:
+        start = text.index('"body":', at) + len('"body":')
+        _, end = decoder.raw_decode(text, start)
+        found.append((result["status"], text[start:end].encode("utf-8"), result.get("headers", {})))
+        at = end
+    return found
+
+
+def as_alone(single) -> tuple[int, bytes, dict]:
+    """A single answer as a batch result shows it: status, body bytes, the headers it carries."""
+    headers = {
+        name: single.headers[name.lower()]
+        for name in ("Idempotent-Replayed", "Retry-After")
+        if name.lower() in single.headers
+    }
+    return single.status_code, single.content, headers
+
+
+def stored_keys(flow) -> list[str]:
+    """The idempotency key of every stored signal, oldest first (a fact's is its `route_key`)."""
+    return [r["k"] for r in flow.rows("SELECT COALESCE(idempotency_key, route_key) AS k FROM signals ORDER BY id")]
+
+
+def counts(flow) -> dict:
+    return {table: flow.rows(f"SELECT COUNT(*) AS n FROM {table}")[0]["n"] for table in COUNTED}
+
+
+@pytest.fixture
+def wf(flow):
+    """order-1 started, its payment step not active yet (signals to it stay PENDING)."""
+    flow.publish(signal_flow_definition())
+    flow.start("order-1", input={"order_id": "o-1"})
+    return flow
+
+
+def test_B8_mixed_valid_invalid_replayed_and_conflicting_items_each_answer_as_alone(wf):
+    first = alone(wf, addressed("order-1", "k-old"))
+    assert first.status_code == 201
+    items = [
+        addressed("order-1", "k-new"),
+        addressed("order-1", "k-bad", target_activation_sequence="one"),  # schema
+        addressed("order-1", "k-old"),  # a replay
+        addressed("order-1", "k-old", reason="another reason"),  # same key, other content
+        {**addressed("order-1", "k-x"), "idempotency_key": "\t"},  # a key that breaks its rule
+        addressed("no-such-order", "k-gone"),
+        addressed("order/1", "k-path"),  # breaks the path rule of workflow_id: 404 as its path would
+        routed("k-fact", "o-9"),  # parked: nothing waits for o-9
+        routed("k-fact-bad", "o-9", target_step_key="payment"),  # B1: a fact names no step
+        addressed("order-1", "k-big", payload={"note": "x" * (256 * 1024)}),  # S1.9: 413, alone
+    ]
+    before = counts(wf)
+    answer = batch(wf, items)
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+    results = raw_results(answer)
+    assert [status for status, _, _ in results] == [201, 422, 201, 409, 422, 404, 404, 201, 422, 413]
+    codes = [json.loads(body).get("code") for _, body, _ in results]
+    assert codes == [None, "VALIDATION_FAILED", None, "IDEMPOTENCY_CONFLICT", "VALIDATION_FAILED"] + [
+        "WORKFLOW_NOT_FOUND",
+        "WORKFLOW_NOT_FOUND",
+        None,
+        "VALIDATION_FAILED",
+        "PAYLOAD_TOO_LARGE",
+    ]
+    assert json.loads(results[4][1])["errors"][0]["pointer"] == "/idempotency_key"
+    # stored: the new item and the fact, once each, nothing for the refused ones
+    assert stored_keys(wf) == [
+        "k-old",
+        "k-new",
+        "k-fact",
+    ]
+    assert counts(wf)["signals"] == before["signals"] + 2
+    # each result is the single request's answer, byte for byte: refusals sent alone now (they
+    # change nothing), accepted items sent alone again (their replay is the first receipt)
+    for index in (0, 1, 2, 3, 5, 7, 8, 9):
+        status, body, headers = as_alone(alone(wf, items[index]))
+        assert (results[index][0], results[index][1]) == (status, body), index
+        assert results[index][2] == ({} if index in (0, 7) else headers), index
+    assert results[2][2] == {"Idempotent-Replayed": "true"} and results[2][1] == first.content
+    assert counts(wf)["signals"] == before["signals"] + 2
+
+
+def test_B8_items_for_an_instance_at_its_cap(wf, database, clock):
+    first = alone(wf, addressed("order-1", "k-first"))
+    instance_id = wf.rows("SELECT id FROM instances")[0]["id"]
+
+    def fill_to_1023(tx):  # rejected signals count (S1.6): stored as acceptance stores its count
+        rows = [(instance_id, clock.now(), clock.now(), f"old-{n}") for n in range(1022)]
+        tx.executemany(
+            "INSERT INTO signals (instance_id, name, correlation, payload, status, disposition, accepted_at,"
+            " created_at, idempotency_key) VALUES (%s, 'payment.settled', 'o-1', 'null', 'REJECTED',"
+            " 'STEP_SETTLED', %s, %s, %s)",
+            rows,
+        )
+        tx.execute("UPDATE instances SET signals_stored = 1023 WHERE id = %s", (instance_id,))
+
+    database.run(fill_to_1023)
+    items = [
+        addressed("order-1", "k-1024"),
+        addressed("order-1", "k-1025"),
+        addressed("order-1", "k-first"),  # a replay is answered before the limit (S1.6)
+        addressed("order-1", "old-7"),  # an existing key of other content: a conflict, not the limit
+    ]
+    results = raw_results(batch(wf, items))
+    assert [s for s, _, _ in results] == [201, 409, 201, 409]
+    assert json.loads(results[1][1])["code"] == "SIGNAL_LIMIT_REACHED"
+    assert json.loads(results[3][1])["code"] == "IDEMPOTENCY_CONFLICT"
+    assert results[2][1] == first.content
+    for index, item in enumerate(items):
+        assert results[index][:2] == as_alone(alone(wf, item))[:2], index
+    assert wf.rows("SELECT signals_stored, (SELECT COUNT(*) FROM signals) AS n FROM instances") == [
+        {"signals_stored": 1024, "n": 1024}
+    ]
+
+
+def open_wait(flow, workflow_id: str, order: str) -> None:
+    flow.start(workflow_id, input={"order_id": order})
+    flow.scan()
+    flow.finish_task()
+
+
+def test_B8_routed_items_are_routed_parked_and_ambiguous_as_alone(wf):
+    wf.scan()
+    wf.finish_task()  # order-1 waits for o-1
+    open_wait(wf, "order-2", "o-3")
+    open_wait(wf, "order-3", "o-3")
+    items = [routed("f-1", "o-1"), routed("f-2", "o-2", park_seconds=60), routed("f-3", "o-3")]
+    answer = batch(wf, items)
+    results = raw_results(answer)
+    bodies = [json.loads(body) for _, body, _ in results]
+    assert [(s, b["route"], b["workflow_id"]) for (s, _, _), b in zip(results, bodies)] == [
+        (201, "ROUTED", "order-1"),
+        (201, "PARKED", None),
+        (201, "AMBIGUOUS", None),
+    ]
+    assert [b["status"] for b in bodies] == ["PENDING", "PARKED", "REJECTED"]
+    for index, item in enumerate(items):
+        assert as_alone(alone(wf, item)) == (201, results[index][1], {"Idempotent-Replayed": "true"})
+    again = raw_results(batch(wf, items))
+    assert [(s, b, h) for s, b, h in again] == [(s, b, {"Idempotent-Replayed": "true"}) for s, b, _ in results]
+    assert len(wf.rows("SELECT id FROM signals")) == 3
+
+
+@pytest.mark.parametrize("size", [0, 101])
+def test_B8_an_empty_batch_or_one_over_100_items_is_refused_whole(wf, size):
+    before = counts(wf)
+    refused = batch(wf, [addressed("order-1", f"k-{n}") for n in range(size)])
+    assert (refused.status_code, refused.json["code"]) == (422, "VALIDATION_FAILED")
+    assert refused.json["errors"][0]["pointer"] == "/signals"
+    assert counts(wf) == before
+
+
+def test_B8_a_batch_over_the_body_cap_or_not_a_list_of_objects_is_refused_whole(wf, config, database):
+    small = falcon.testing.TestClient(create_app(Config(config.database_url, max_body_bytes=4096), database))
+    before = counts(wf)
+    items = [addressed("order-1", f"k-{n}", reason="r" * 500) for n in range(10)]
+    over = batch(wf, items, client=small)
+    assert (over.status_code, over.json["code"]) == (413, "PAYLOAD_TOO_LARGE")
+    not_objects = batch(wf, [addressed("order-1", "k-1"), "k-2"])
+    assert (not_objects.status_code, not_objects.json["errors"][0]["pointer"]) == (422, "/signals/1")
+    assert counts(wf) == before
+    assert batch(wf, items[:1], client=small).json["results"][0]["status"] == 201
+
+
+def test_B8_an_item_whose_instance_the_credential_may_not_signal_is_refused_as_alone(wf, tenant):
+    local = copy.deepcopy(signal_flow_definition())
+    local["name"] = "local"
+    local["steps"][2]["queue"] = "inventory"  # every queue of this one is granted below
+    wf.publish(local)
+    wf.start("local-1", definition="local", input={"order_id": "o-1"})
+    inventory_only = tenant.headers("workflows:signal", queues=("inventory",))
+    items = [addressed("order-1", "k-1"), addressed("local-1", "k-2"), routed("k-3", "o-7")]
+    results = raw_results(batch(wf, items, headers=inventory_only))
+    assert [s for s, _, _ in results] == [403, 201, 201]
+    assert "carrier" in json.loads(results[0][1])["detail"]
+    assert results[0][:2] == as_alone(alone(wf, items[0], inventory_only))[:2]
+    assert stored_keys(wf) == ["k-2", "k-3"]
+    other_namespace = raw_results(batch(wf, [addressed("order-1", "k-4")], headers=wf.signaller))
+    assert other_namespace[0][0] == 201  # the same item with the grants is accepted
+
+
+def test_B8_the_quota_is_taken_per_item_and_runs_out_mid_batch(wf, database, tenant, clock):
+    tenancy.create_application(database, tenant.namespace, "limited", 3)
+    limited = tenant.headers("workflows:signal", queues=("inventory", "carrier"), application="limited")
+    items = [addressed("order-1", "k-1"), addressed("order-1", "k-bad", reason="")]  # refused before the quota
+    items += [addressed("order-1", "k-1"), routed("k-2", "o-2"), addressed("order-1", "k-3")]
+    results = raw_results(batch(wf, items, headers=limited))
+    assert [s for s, _, _ in results] == [201, 422, 201, 201, 429]  # the replay counts (S1.3)
+    problem = json.loads(results[4][1])
+    assert problem["code"] == "QUOTA_EXCEEDED" and results[4][2] == {"Retry-After": "60"}
+    assert results[4] == as_alone(alone(wf, items[4], limited))
+    assert stored_keys(wf) == ["k-1", "k-2"]
+    clock.advance(60)
+    assert raw_results(batch(wf, items[4:], headers=limited))[0][0] == 201
+
+
+# ---- a COMMIT cut by the fault proxy in the middle of a batch -----------------------------------
+
+
+ITEM_UNITS = ("send_signal", "_route")  # the units that accept an item
+
+
+class CutNthCommit:
+    """The `nth` item unit's COMMIT of the proxied database is cut: killed before it runs, or run with its
+    answer lost (the client cannot tell whether it landed)."""
+
+    def __init__(self, proxied, proxy, migrated_url, nth: int, fault: str):
+        self.proxy, self.url, self.nth, self.fault = proxy, migrated_url, nth, fault
+        self.seen: list[str] = []
+        proxied.before_commit = self.before_commit
+
+    def before_commit(self, tx, unit: str) -> None:
+        if unit not in ITEM_UNITS:
+            return  # authentication's
+        self.seen.append(unit)
+        if len(self.seen) != self.nth:
+            return
+        if self.fault == "after_commit":
+            self.proxy.lose_reply_to(b"COMMIT")
+        else:
+            killer = connect(self.url)
+            with killer.cursor() as cur:
+                cur.execute("KILL CONNECTION %s", (tx.cursor.connection.thread_id(),))
+            killer.close()
+
+
+@pytest.mark.parametrize("fault", ["before_commit", "after_commit"])
+@pytest.mark.parametrize("nth", [1, 3, 6])
+def test_B8_a_batch_cut_mid_commit_accepts_each_item_once_and_a_resend_replays_them(
+    wf, config, proxied, proxy, migrated_url, fault, nth
+):
+    wf.scan()
+    wf.finish_task()  # order-1 waits: the items decide and reject, so each one writes a checkpoint or not
+    open_wait(wf, "order-2", "o-2")
+    client = falcon.testing.TestClient(create_app(config, proxied))
+    items = [addressed("order-1", "k-1"), routed("k-2", "o-2"), addressed("order-1", "k-3", correlation_key="o-x")]
+    items += [routed("k-4", "o-4"), addressed("order-2", "k-5", correlation_key="o-2"), addressed("order-1", "k-6")]
+    cut = CutNthCommit(proxied, proxy, migrated_url, nth, fault)
+    answer = batch(wf, items, client=client)
+    proxied.before_commit = None
+    assert len(cut.seen) == 7, cut.seen  # six items, the one cut ran twice
+    results = raw_results(answer)
+    assert [s for s, _, _ in results] == [201] * 6
+    stored = wf.rows(
+        "SELECT COALESCE(idempotency_key, route_key) AS idempotency_key, COUNT(*) AS n FROM signals GROUP BY 1 ORDER BY 1"
+    )
+    assert stored == [{"idempotency_key": f"k-{n}", "n": 1} for n in range(1, 7)]
+    audits = wf.rows(
+        "SELECT COUNT(*) AS n, COUNT(DISTINCT signal_id) AS signals FROM audit_records"
+        " WHERE action IN ('signal.send', 'signal.route', 'signal.park')"
+    )
+    assert audits == [{"n": 6, "signals": 6}]  # one acceptance record each (S1.4)
+    if fault == "after_commit":
+        assert proxy.counts["cut_reply_lost"] == 1
+    # the unit whose COMMIT answer was lost ran again and found its own receipt: a replay; a
+    # killed one ran again and accepted
+    replayed = [{"Idempotent-Replayed": "true"} if fault == "after_commit" and i == nth - 1 else {} for i in range(6)]
+    assert [h for _, _, h in results] == replayed
+    again = raw_results(batch(wf, items, client=client))
+    assert again == [(s, b, {"Idempotent-Replayed": "true"}) for s, b, _ in results]
+    for index, item in enumerate(items):
+        assert as_alone(alone(wf, item)) == again[index], index
+
+
+@pytest.mark.parametrize("fault", ["before_commit", "after_commit"])
+def test_B8_an_item_whose_commit_is_cut_without_a_retry_left_answers_503_and_the_resend_settles_it(
+    wf, config, proxied, proxy, migrated_url, fault
+):
+    """The cut item's unit has no attempt left: it answers 503 as alone (accepted or not, unknown
+    to the client), the other items are answered as usual, and sending the batch again answers the
+    cut one: a replay when its COMMIT had landed, a first acceptance when it had not."""
+    proxied.max_attempts = 1
+    client = falcon.testing.TestClient(create_app(config, proxied))
+    items = [addressed("order-1", f"k-{n}") for n in range(1, 5)]
+    CutNthCommit(proxied, proxy, migrated_url, 2, fault)
+    results = raw_results(batch(wf, items, client=client))
+    proxied.before_commit = None
+    assert [s for s, _, _ in results] == [201, 503, 201, 201]
+    assert json.loads(results[1][1])["code"] == "UNAVAILABLE" and results[1][2] == {"Retry-After": "1"}
+    landed = fault == "after_commit"
+    assert stored_keys(wf) == (["k-1", "k-2", "k-3", "k-4"] if landed else ["k-1", "k-3", "k-4"])
+    again = raw_results(batch(wf, items, client=client))
+    replay = {"Idempotent-Replayed": "true"}
+    assert [(s, h) for s, _, h in again] == [
+        (201, replay),
+        (201, replay if landed else {}),
+        (201, replay),
+        (201, replay),
+    ]
+    assert [b for _, b, _ in again][::2] == [b for _, b, _ in results][::2]
+    assert sorted(stored_keys(wf)) == ["k-1", "k-2", "k-3", "k-4"]
