@@ -124,7 +124,7 @@ def test_every_body_taking_operation_documents_and_answers_400_invalid_json(clie
     }
     ids = {"namespace": "acme", "queue": "inventory", "workflow_id": "wf", "task_id": "1"}
     operations = list(body_operations(document))
-    assert len(operations) == 11
+    assert len(operations) == 12
     for path, method, operation in operations:
         answer = resolve(document, operation["responses"]["400"]["$ref"])
         assert "INVALID_JSON" in answer["content"]["application/problem+json"]["schema"]["properties"]["code"]["enum"]
@@ -295,6 +295,10 @@ def test_every_operation_of_a_real_flow_answers_as_documented(documented, tenant
     assert c.simulate_get(f"{ns}/signals", query_string="status=LOST", headers=everything).status_code == 422
     assert c.simulate_post(f"{ns}/signals", json=payment("o-9"), headers=by_key).status_code == 422
     assert flow.send("wf-1", "k-1", payment("o-1")).headers["Idempotent-Replayed"] == "true"
+    items = [{"workflow_id": "wf-1", "idempotency_key": "k-1", **payment("o-1")}, {"idempotency_key": "r-1", **routed}]
+    items.append({"idempotency_key": "k-4"})
+    batch = c.simulate_post(f"{ns}/signal-batches", json={"signals": items}, headers=flow.signaller)
+    assert [r["status"] for r in batch.json["results"]] == [201, 201, 422]  # B8: replays, and a refusal
     assert flow.send("wf-1", "k-1", payment("o-1", reason="other")).status_code == 409
     assert flow.send("wf-1", "k-2", payment("o-1", payload={"amount": "x"})).status_code == 422
     assert flow.send("wf-2", "k-3", payment("o-2", payload=None), headers=everything).status_code in (201, 422)

@@ -9,9 +9,11 @@ import json
 
 import falcon.testing
 import pytest
-from helpers import payment, signal_flow_definition
+from helpers import payment, sdk_client, signal_flow_definition
 
+from weave import sdk
 from weave.app import create_app
+from weave.cli import main
 from weave.config import Config
 from weave.db import connect
 from weave.sql import tenancy
@@ -350,3 +352,63 @@ def test_B8_an_item_whose_commit_is_cut_without_a_retry_left_answers_503_and_the
     ]
     assert [b for _, b, _ in again][::2] == [b for _, b, _ in results][::2]
     assert sorted(stored_keys(wf)) == ["k-1", "k-2", "k-3", "k-4"]
+
+
+# ---- the SDK and the command line (B7) ------------------------------------------------------------
+
+
+def test_B7_B8_send_signals_returns_each_items_receipt_or_error_in_order(wf, live_url, tenant):
+    client = sdk_client(live_url, tenant, "workflows:signal")
+    unkeyed = {"workflow_id": "order-1", **payment()}
+    items = [
+        unkeyed,
+        addressed("order-1", "k-1"),
+        addressed("order-1", "k-1", reason="other"),
+        routed("f-1", "o-5"),
+        addressed("no-such-order", "k-2"),
+        routed("f-2", "o-5", park_seconds=0),
+    ]
+    results = client.send_signals(items)
+    assert [type(r) for r in results] == [
+        sdk.Receipt,
+        sdk.Receipt,
+        sdk.IdempotencyConflict,
+        sdk.RoutedReceipt,
+        sdk.WorkflowNotFound,
+        sdk.ValidationFailed,
+    ]
+    assert "idempotency_key" not in unkeyed and results[0].idempotency_key.startswith("sdk-")
+    assert results[1].idempotency_key == "k-1" and not results[1].replayed
+    assert (results[2].status, results[4].status) == (409, 404)
+    assert results[3].route == "PARKED" and results[3].workflow_id is None
+    assert results[5].errors[0]["pointer"] == "/park_seconds"
+    assert sorted(stored_keys(wf)) == sorted(["f-1", "k-1", results[0].idempotency_key])
+    again = client.send_signals(items[1:4])
+    assert [r.replayed for r in again[::2]] == [True, True]
+    assert [r.raw for r in again[::2]] == [results[1].raw, results[3].raw]
+    with pytest.raises(sdk.ValidationFailed):
+        client.send_signals([])
+
+
+def test_B7_B8_signal_send_batch_prints_one_line_per_item(wf, live_url, tenant, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("WEAVE_URL", live_url)
+    monkeypatch.setenv("WEAVE_TOKEN", tenant.token("workflows:signal", queues=("inventory", "carrier")))
+    monkeypatch.setenv("WEAVE_NAMESPACE", tenant.namespace)
+    items = [addressed("order-1", "k-1"), addressed("order-1", "k-1", reason="other"), routed("f-1", "o-5")]
+    path = tmp_path / "signals.jsonl"
+    path.write_text("\n".join(json.dumps(item) for item in items) + "\n\n")
+    assert main(["signal", "send-batch", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ids = [r["id"] for r in wf.rows("SELECT id FROM signals ORDER BY id")]
+    assert len(lines) == 3
+    assert lines[0].startswith(f"1: signal {ids[0]}: PENDING, accepted ") and "idempotency key k-1" in lines[0]
+    assert lines[1].startswith("2: refused 409 IDEMPOTENCY_CONFLICT: Idempotency-Key 'k-1' was used for")
+    assert lines[2].startswith(f"3: signal {ids[1]}: parked until ") and "; PARKED, accepted " in lines[2]
+    assert main(["signal", "send-batch", str(path), "--json"]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [a.get("signal_id") for a in answers] == [str(ids[0]), None, str(ids[1])]
+    assert answers[1]["code"] == "IDEMPOTENCY_CONFLICT" and answers[1]["status"] == 409
+    path.write_text('{"workflow_id": "order-1"}\n[1]\n')
+    with pytest.raises(SystemExit) as usage:
+        main(["signal", "send-batch", str(path)])
+    assert usage.value.code == 2 and "line 2 is not a JSON object" in capsys.readouterr().err

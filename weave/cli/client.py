@@ -397,16 +397,19 @@ def signal_route(client: sdk.Client, args) -> None:
     if args.json:
         _print_json(receipt.raw)
         return
+    print(f"signal {receipt.signal_id}: {_routed_to(receipt)}; {_acceptance(receipt)}")
+
+
+def _routed_to(receipt: sdk.RoutedReceipt) -> str:
+    """Where a fact sent by its business key went (B3)."""
     if receipt.route == "ROUTED":
-        where = (
+        return (
             f"routed to workflow {receipt.workflow_id}, step {receipt.target_step_key} "
             f"(activation {receipt.target_activation_sequence})"
         )
-    elif receipt.route == "PARKED":
-        where = f"parked until {_time(receipt.parked_until)}: the wait that opens for its key takes it"
-    else:
-        where = "not routed: more than one workflow waits for this key"
-    print(f"signal {receipt.signal_id}: {where}; {_acceptance(receipt)}")
+    if receipt.route == "PARKED":
+        return f"parked until {_time(receipt.parked_until)}: the wait that opens for its key takes it"
+    return "not routed: more than one workflow waits for this key"
 
 
 def batch_items(path: str) -> list[dict]:
@@ -434,7 +437,8 @@ def signal_send_batch(client: sdk.Client, args) -> None:
         if args.json:
             _print_json(result.raw if isinstance(result, sdk.Receipt) else _refusal(result))
         elif isinstance(result, sdk.Receipt):
-            print(f"{number}: signal {result.signal_id}: {_where(result)}{_acceptance(result)}")
+            where = f"{_routed_to(result)}; " if isinstance(result, sdk.RoutedReceipt) else ""
+            print(f"{number}: signal {result.signal_id}: {where}{_acceptance(result)}")
         else:
             pointers = "".join(f"; {e.get('pointer') or '/'}: {e.get('message', '')}" for e in result.errors[1:])
             print(f"{number}: refused {result.status} {result.code}: {result.detail}{pointers}")
@@ -442,14 +446,6 @@ def signal_send_batch(client: sdk.Client, args) -> None:
 
 def _refusal(error: sdk.WeaveError) -> dict:
     return {"status": error.status, "code": error.code, "detail": error.detail, "errors": error.errors}
-
-
-def _where(receipt: sdk.Receipt) -> str:
-    """A routed fact's route (B3), and the workflow it went to."""
-    route = getattr(receipt, "route", None)
-    if route is None:
-        return ""
-    return f"{route} to workflow {receipt.workflow_id}; " if receipt.workflow_id else f"{route}; "
 
 
 def signal_list(client: sdk.Client, args) -> None:
