@@ -260,7 +260,58 @@ def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalR
     known = lock_target(
         tx, principal, unlocked["id"], queues, request.idempotency_key, request.fields["target_step_key"]
     )
-    if known["twin"]:  # a concurrent twin committed first
+    return decide(tx, principal, workflow_id, request, known)
+
+
+@unit_of_work(replay_on=("uq_signals_idempotency",))
+def send_signals(tx: Tx, principal: Principal, sends: list[tuple[str, SignalRequest]]) -> list[Receipt | WeaveError]:
+    """Several signals, each to its workflow, in one transaction (B8): each decided exactly as
+    `send_signal` decides it alone, in their order, as if sent one after another; a refusal is
+    returned in its place (it has written nothing: every refusal comes before `accept`).
+
+    One round trip finds every target with its idempotency key; the instances left to accept
+    for are then locked together, in the global order (the union of their queues sorted, then the
+    instances by id), before the first of them is read under its lock, so that each item's facts
+    and the transaction's time are read with every lock held. A concurrent twin's key, a deadlock
+    or a lost COMMIT re-runs the whole unit (`unit_of_work`): a COMMIT that had landed answers
+    every item of it as a replay, as a single send after a lost COMMIT does."""
+    found = tx.all_together(
+        *[(SELECT_TARGET_INSTANCE_AND_KEY, (r.idempotency_key, principal.namespace_id, w)) for w, r in sends]
+    )
+    outcomes: list[Receipt | WeaveError | None] = [None] * len(sends)
+    to_lock: dict[int, tuple[int, list[str]]] = {}  # item index -> (instance id, queues), in item order
+    for index, ((workflow_id, request), rows) in enumerate(zip(sends, found)):
+        unlocked = rows[0] if rows else None
+        try:
+            document, queues = instances.require_grants(tx, principal, workflow_id, unlocked)
+            if unlocked["receipt"] is not None:
+                outcomes[index] = replay(unlocked, request)
+                continue
+            require_contract(document, request.fields, request.payload)
+        except WeaveError as exc:
+            outcomes[index] = exc
+            continue
+        to_lock[index] = (unlocked["id"], queues)
+    queues = sorted({queue for _, used in to_lock.values() for queue in used})
+    if queues:
+        tx.later(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
+    for instance_id in sorted({instance_id for instance_id, _ in to_lock.values()}):
+        instances.mark_deciding(tx, instance_id)
+    for index, (instance_id, _) in to_lock.items():
+        workflow_id, request = sends[index]
+        step = request.fields["target_step_key"]
+        known = tx.one(FACTS_UNDER_LOCK, {"instance": instance_id, "key": request.idempotency_key, "step": step})
+        try:
+            outcomes[index] = decide(tx, principal, workflow_id, request, known)
+        except WeaveError as exc:
+            outcomes[index] = exc
+    return outcomes
+
+
+def decide(tx: Tx, principal: Principal, workflow_id: str, request: SignalRequest, known: dict) -> Receipt:
+    """Accept a signal for the locked instance whose FACTS_UNDER_LOCK are `known`, or refuse it
+    (before anything is written); a twin of its key that committed first is replayed."""
+    if known["twin"]:  # a concurrent twin committed first (or an earlier item of the same batch)
         return replay(tx.one(SELECT_BY_IDEMPOTENCY_KEY, (known["id"], request.idempotency_key)), request)
     refuse_over_limit(known["stored"], workflow_id)
     facts = target_facts(tx, request, known)

@@ -19,6 +19,7 @@ from weave.db import connect
 from weave.sql import tenancy
 
 BATCH_MEMBERS = ("workflow_id", "idempotency_key")
+REPLAYED = {"Idempotent-Replayed": "true"}  # what a replay's result carries
 COUNTED = ("signals", "events", "audit_records", "signal_quota_windows")
 
 
@@ -143,6 +144,23 @@ def test_B8_mixed_valid_invalid_replayed_and_conflicting_items_each_answer_as_al
     assert counts(wf)["signals"] == before["signals"] + 2
 
 
+def test_B8_an_item_repeating_an_earlier_items_key_is_answered_as_its_replay_or_conflict(wf):
+    """Alone, the second send of a key finds the first's receipt before it checks its contract:
+    so within a batch too (the run of addressed items is cut before it)."""
+    items = [
+        addressed("order-1", "k-d"),
+        addressed("order-1", "k-d", payload={"amount": "not a number"}),  # alone: 409, not 422
+        addressed("order-1", "k-d"),
+        addressed("order-1", "k-e", payload={"amount": "not a number"}),
+    ]
+    results = raw_results(batch(wf, items))
+    assert [(s, h) for s, _, h in results] == [(201, {}), (409, {}), (201, REPLAYED), (422, {})]
+    assert results[2][1] == results[0][1]
+    for index, item in enumerate(items):
+        assert results[index][:2] == as_alone(alone(wf, item))[:2], index
+    assert stored_keys(wf) == ["k-d"]
+
+
 def test_B8_items_for_an_instance_at_its_cap(wf, database, clock):
     first = alone(wf, addressed("order-1", "k-first"))
     instance_id = wf.rows("SELECT id FROM instances")[0]["id"]
@@ -260,12 +278,12 @@ def test_B8_the_quota_is_taken_per_item_and_runs_out_mid_batch(wf, database, ten
 # ---- a COMMIT cut by the fault proxy in the middle of a batch -----------------------------------
 
 
-ITEM_UNITS = ("send_signal", "_route")  # the units that accept an item
+ITEM_UNITS = ("send_signal", "send_signals", "_route")  # the units that accept items
 
 
 class CutNthCommit:
-    """The `nth` item unit's COMMIT of the proxied database is cut: killed before it runs, or run with its
-    answer lost (the client cannot tell whether it landed)."""
+    """The COMMIT of the `nth` unit that accepts items is cut: killed before it runs, or run with
+    its answer lost through the fault proxy (the client cannot tell whether it landed)."""
 
     def __init__(self, proxied, proxy, migrated_url, nth: int, fault: str):
         self.proxy, self.url, self.nth, self.fault = proxy, migrated_url, nth, fault
@@ -287,71 +305,116 @@ class CutNthCommit:
             killer.close()
 
 
+# Two runs of instance-addressed items, each sent in one transaction, with routed facts between and after.
+CUT_BATCH = [
+    addressed("order-1", "k-1"),
+    addressed("order-2", "k-2", correlation_key="o-2"),
+    routed("k-3", "o-2"),  # routed to order-2's wait
+    addressed("order-1", "k-4", correlation_key="o-x"),  # order-1 waits: rejected for its key
+    addressed("order-2", "k-5", correlation_key="o-2"),
+    addressed("order-1", "k-6"),
+    routed("k-7", "o-7"),  # parked
+]
+CUT_UNITS = [("send_signals", [0, 1]), ("_route", [2]), ("send_signals", [3, 4, 5]), ("_route", [6])]
+
+
+def order_1_and_2_wait(flow) -> None:
+    flow.scan()
+    flow.finish_task()  # order-1 waits for o-1
+    open_wait(flow, "order-2", "o-2")
+
+
 @pytest.mark.parametrize("fault", ["before_commit", "after_commit"])
-@pytest.mark.parametrize("nth", [1, 3, 6])
+@pytest.mark.parametrize("nth", [1, 2, 3])
 def test_B8_a_batch_cut_mid_commit_accepts_each_item_once_and_a_resend_replays_them(
     wf, config, proxied, proxy, migrated_url, fault, nth
 ):
-    wf.scan()
-    wf.finish_task()  # order-1 waits: the items decide and reject, so each one writes a checkpoint or not
-    open_wait(wf, "order-2", "o-2")
+    order_1_and_2_wait(wf)
     client = falcon.testing.TestClient(create_app(config, proxied))
-    items = [addressed("order-1", "k-1"), routed("k-2", "o-2"), addressed("order-1", "k-3", correlation_key="o-x")]
-    items += [routed("k-4", "o-4"), addressed("order-2", "k-5", correlation_key="o-2"), addressed("order-1", "k-6")]
     cut = CutNthCommit(proxied, proxy, migrated_url, nth, fault)
-    answer = batch(wf, items, client=client)
+    answer = batch(wf, CUT_BATCH, client=client)
     proxied.before_commit = None
-    assert len(cut.seen) == 7, cut.seen  # six items, the one cut ran twice
+    unit, cut_items = CUT_UNITS[nth - 1]
+    expected_units = [name for name, _ in CUT_UNITS]
+    assert cut.seen == expected_units[:nth] + [unit] + expected_units[nth:]  # the cut unit ran again
     results = raw_results(answer)
-    assert [s for s, _, _ in results] == [201] * 6
+    assert [s for s, _, _ in results] == [201] * 7
+    bodies = [json.loads(body) for _, body, _ in results]
+    assert [(b["status"], b["disposition"]) for b in bodies][2:4] == [
+        ("PENDING", None),
+        ("REJECTED", "CORRELATION_MISMATCH"),
+    ]
+    assert bodies[2]["route"] == "ROUTED" and bodies[6]["route"] == "PARKED"
     stored = wf.rows(
-        "SELECT COALESCE(idempotency_key, route_key) AS idempotency_key, COUNT(*) AS n FROM signals GROUP BY 1 ORDER BY 1"
+        "SELECT COALESCE(idempotency_key, route_key) AS k, COUNT(*) AS n FROM signals GROUP BY 1 ORDER BY 1"
     )
-    assert stored == [{"idempotency_key": f"k-{n}", "n": 1} for n in range(1, 7)]
+    assert stored == [{"k": f"k-{n}", "n": 1} for n in range(1, 8)]  # accepted once each
     audits = wf.rows(
         "SELECT COUNT(*) AS n, COUNT(DISTINCT signal_id) AS signals FROM audit_records"
         " WHERE action IN ('signal.send', 'signal.route', 'signal.park')"
     )
-    assert audits == [{"n": 6, "signals": 6}]  # one acceptance record each (S1.4)
+    assert audits == [{"n": 7, "signals": 7}]  # one acceptance record each (S1.4)
+    assert wf.rows("SELECT signals_stored FROM instances ORDER BY id") == [{"signals_stored": 3}, {"signals_stored": 3}]
     if fault == "after_commit":
         assert proxy.counts["cut_reply_lost"] == 1
-    # the unit whose COMMIT answer was lost ran again and found its own receipt: a replay; a
-    # killed one ran again and accepted
-    replayed = [{"Idempotent-Replayed": "true"} if fault == "after_commit" and i == nth - 1 else {} for i in range(6)]
-    assert [h for _, _, h in results] == replayed
-    again = raw_results(batch(wf, items, client=client))
-    assert again == [(s, b, {"Idempotent-Replayed": "true"}) for s, b, _ in results]
-    for index, item in enumerate(items):
+    # a unit whose COMMIT answer was lost ran again and found its receipts: replays, as a single
+    # send after a lost COMMIT answers; a killed one ran again and accepted
+    landed = fault == "after_commit"
+    assert [h for _, _, h in results] == [REPLAYED if landed and i in cut_items else {} for i in range(7)]
+    again = raw_results(batch(wf, CUT_BATCH, client=client))
+    assert again == [(s, b, REPLAYED) for s, b, _ in results]
+    for index, item in enumerate(CUT_BATCH):
         assert as_alone(alone(wf, item)) == again[index], index
 
 
 @pytest.mark.parametrize("fault", ["before_commit", "after_commit"])
-def test_B8_an_item_whose_commit_is_cut_without_a_retry_left_answers_503_and_the_resend_settles_it(
-    wf, config, proxied, proxy, migrated_url, fault
+@pytest.mark.parametrize("nth", [1, 2])
+def test_B8_items_whose_commit_is_cut_without_a_retry_left_answer_503_and_the_resend_settles_them(
+    wf, config, proxied, proxy, migrated_url, fault, nth
 ):
-    """The cut item's unit has no attempt left: it answers 503 as alone (accepted or not, unknown
-    to the client), the other items are answered as usual, and sending the batch again answers the
-    cut one: a replay when its COMMIT had landed, a first acceptance when it had not."""
+    """The cut unit has no attempt left: its items answer 503 as each alone would (accepted or
+    not, unknown to the client), the other items are answered as usual, and the batch sent again
+    answers the cut ones: replays when their COMMIT had landed, first acceptances when it had not."""
     proxied.max_attempts = 1
     client = falcon.testing.TestClient(create_app(config, proxied))
-    items = [addressed("order-1", f"k-{n}") for n in range(1, 5)]
-    CutNthCommit(proxied, proxy, migrated_url, 2, fault)
+    items = [
+        addressed("order-1", "k-1"),
+        addressed("order-1", "k-2"),
+        routed("k-3", "o-3"),
+        addressed("order-1", "k-4"),
+    ]
+    cut_items = [[0, 1], [2]][nth - 1]
+    CutNthCommit(proxied, proxy, migrated_url, nth, fault)
     results = raw_results(batch(wf, items, client=client))
     proxied.before_commit = None
-    assert [s for s, _, _ in results] == [201, 503, 201, 201]
-    assert json.loads(results[1][1])["code"] == "UNAVAILABLE" and results[1][2] == {"Retry-After": "1"}
+    assert [s for s, _, _ in results] == [503 if i in cut_items else 201 for i in range(4)]
+    for index in cut_items:
+        assert json.loads(results[index][1])["code"] == "UNAVAILABLE" and results[index][2] == {"Retry-After": "1"}
     landed = fault == "after_commit"
-    assert stored_keys(wf) == (["k-1", "k-2", "k-3", "k-4"] if landed else ["k-1", "k-3", "k-4"])
+    assert sorted(stored_keys(wf)) == [f"k-{n}" for n in range(1, 5) if landed or n - 1 not in cut_items]
     again = raw_results(batch(wf, items, client=client))
-    replay = {"Idempotent-Replayed": "true"}
-    assert [(s, h) for s, _, h in again] == [
-        (201, replay),
-        (201, replay if landed else {}),
-        (201, replay),
-        (201, replay),
+    assert [(s, h) for s, _, h in again] == [(201, REPLAYED if landed or i not in cut_items else {}) for i in range(4)]
+    assert [again[i][1] for i in range(4) if i not in cut_items] == [
+        results[i][1] for i in range(4) if i not in cut_items
     ]
-    assert [b for _, b, _ in again][::2] == [b for _, b, _ in results][::2]
     assert sorted(stored_keys(wf)) == ["k-1", "k-2", "k-3", "k-4"]
+
+
+def test_B8_a_run_that_fails_together_for_another_reason_is_sent_again_item_by_item(wf, monkeypatch):
+    """A run's transaction that fails otherwise than by the database's absence rolled back whole:
+    each of its items is then sent alone and answers what it alone answers."""
+    from weave.sql import signals
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the run's transaction")
+
+    monkeypatch.setattr(signals, "send_signals", broken)
+    items = [addressed("order-1", "k-1"), addressed("order-1", "k-1", reason="other"), addressed("order-1", "k-2")]
+    results = raw_results(batch(wf, items))
+    assert [s for s, _, _ in results] == [201, 409, 201]
+    assert stored_keys(wf) == ["k-1", "k-2"]
+    for index, item in enumerate(items):
+        assert results[index][:2] == as_alone(alone(wf, item))[:2], index
 
 
 # ---- the SDK and the command line (B7) ------------------------------------------------------------

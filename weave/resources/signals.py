@@ -132,12 +132,21 @@ def counted(send) -> signals.Receipt:
     returns one receipt (a replay, when the first commit had landed), so nothing counts twice."""
     try:
         receipt = send()
-    except WeaveError as exc:
+    except (WeaveError, Unavailable) as exc:
+        count_refusal(exc)
+        raise
+    count_receipt(receipt)
+    return receipt
+
+
+def count_refusal(exc: Exception) -> None:
+    if isinstance(exc, WeaveError):
         SEND_OUTCOMES(exc.code.name).inc()
-        raise
-    except Unavailable:
+    elif isinstance(exc, Unavailable):
         SEND_OUTCOMES(Code.UNAVAILABLE.name).inc()
-        raise
+
+
+def count_receipt(receipt: signals.Receipt) -> None:
     if receipt.replayed:
         SEND_OUTCOMES("replayed").inc()
     else:
@@ -145,7 +154,6 @@ def counted(send) -> signals.Receipt:
         ACCEPTED(receipt.status, receipt.disposition or "none").inc()
         if receipt.route is not None:
             ROUTED(receipt.route).inc()
-    return receipt
 
 
 REPLAYED = {"Idempotent-Replayed": "true"}
