@@ -9,7 +9,9 @@ import json
 
 import falcon.testing
 import pytest
+import test_signals
 from helpers import payment, sdk_client, signal_flow_definition
+from test_routing import fact
 
 from weave import sdk
 from weave.app import create_app
@@ -18,21 +20,10 @@ from weave.config import Config
 from weave.db import connect
 from weave.sql import tenancy
 
+wf = test_signals.wf  # the fixture: order-1 started, its payment step not active yet
 BATCH_MEMBERS = ("workflow_id", "idempotency_key")
 REPLAYED = {"Idempotent-Replayed": "true"}  # what a replay's result carries
 COUNTED = ("signals", "events", "audit_records", "signal_quota_windows")
-
-
-def fact(order: str, **overrides) -> dict:
-    """A routed fact's body (B1)."""
-    body = {
-        "name": "payment.settled",
-        "payload_version": "v1",
-        "correlation_key": order,
-        "payload": {"amount": 12.5},
-        "reason": "PSP webhook settled the payment",
-    }
-    return {**body, **overrides}
 
 
 def addressed(workflow_id: str, key: str, **overrides) -> dict:
@@ -88,14 +79,6 @@ def stored_keys(flow) -> list[str]:
 
 def counts(flow) -> dict:
     return {table: flow.rows(f"SELECT COUNT(*) AS n FROM {table}")[0]["n"] for table in COUNTED}
-
-
-@pytest.fixture
-def wf(flow):
-    """order-1 started, its payment step not active yet (signals to it stay PENDING)."""
-    flow.publish(signal_flow_definition())
-    flow.start("order-1", input={"order_id": "o-1"})
-    return flow
 
 
 def test_B8_mixed_valid_invalid_replayed_and_conflicting_items_each_answer_as_alone(wf):
