@@ -271,8 +271,8 @@ def send_signals(tx: Tx, principal: Principal, sends: list[tuple[str, SignalRequ
 
     One round trip finds every target with its idempotency key; the instances left to accept
     for are then locked together, in the global order (the union of their queues sorted, then the
-    instances by id), before the first of them is read under its lock, so that each item's facts
-    and the transaction's time are read with every lock held. A concurrent twin's key, a deadlock
+    instances by id), and every item's facts are read in the same round trip, after the locks, so
+    that they and the transaction's time are read with every lock held. A concurrent twin's key, a deadlock
     or a lost COMMIT re-runs the whole unit (`unit_of_work`): a COMMIT that had landed answers
     every item of it as a replay, as a single send after a lost COMMIT does."""
     found = tx.all_together(
@@ -292,19 +292,33 @@ def send_signals(tx: Tx, principal: Principal, sends: list[tuple[str, SignalRequ
             outcomes[index] = exc
             continue
         to_lock[index] = (unlocked["id"], queues)
+    if not to_lock:
+        return outcomes
     queues = sorted({queue for _, used in to_lock.values() for queue in used})
     if queues:
         tx.later(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
     for instance_id in sorted({instance_id for instance_id, _ in to_lock.values()}):
         instances.mark_deciding(tx, instance_id)
+    # Every item's facts in one round trip, under every lock. What an earlier item of the run
+    # changes in them is only its instance's stored count (its key is not another item's, its
+    # acceptance moves no activation or wait): counted here, as `accept` counts it in the row.
+    reads = []
     for index, (instance_id, _) in to_lock.items():
-        workflow_id, request = sends[index]
+        request = sends[index][1]
         step = request.fields["target_step_key"]
-        known = tx.one(FACTS_UNDER_LOCK, {"instance": instance_id, "key": request.idempotency_key, "step": step})
+        reads.append((FACTS_UNDER_LOCK, {"instance": instance_id, "key": request.idempotency_key, "step": step}))
+    facts = tx.all_together(*reads)
+    stored_by_run: dict[int, int] = {}
+    for (index, (instance_id, _)), (known,) in zip(to_lock.items(), facts):
+        workflow_id, request = sends[index]
+        known = {**known, "stored": known["stored"] + stored_by_run.get(instance_id, 0)}
         try:
             outcomes[index] = decide(tx, principal, workflow_id, request, known)
         except WeaveError as exc:
             outcomes[index] = exc
+            continue
+        if not outcomes[index].replayed:
+            stored_by_run[instance_id] = stored_by_run.get(instance_id, 0) + 1
     return outcomes
 
 
