@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 
 import falcon.testing
 import pytest
@@ -256,6 +257,43 @@ def test_B8_the_quota_is_taken_per_item_and_runs_out_mid_batch(wf, database, ten
     assert stored_keys(wf) == ["k-1", "k-2"]
     clock.advance(60)
     assert raw_results(batch(wf, items[4:], headers=limited))[0][0] == 201
+
+
+def test_B8_concurrent_batches_and_singles_over_the_same_instances_store_each_key_once(wf):
+    """Batches naming the same instances in other orders, and single sends of the same keys, at
+    once: runs lock their instances in one order, so none waits on another forever; every key is
+    stored once and every answer to it is its one receipt."""
+    for n in (2, 3, 4):
+        wf.start(f"order-{n}", input={"order_id": f"o-{n}"})
+    keys = [(f"order-{n % 4 + 1}", f"k-{n}") for n in range(24)]
+    orders = [keys, keys[::-1], keys[5:] + keys[:5], keys[::2] + keys[1::2]]
+    barrier = threading.Barrier(len(orders) + 1)
+    answers: dict[str, set[bytes]] = {key: set() for _, key in keys}
+    statuses: list[int] = []
+
+    def send_batch(order):
+        barrier.wait()
+        for (_, key), (status, body, _) in zip(order, raw_results(batch(wf, [addressed(w, k) for w, k in order]))):
+            statuses.append(status)
+            answers[key].add(body)
+
+    def send_alone():
+        barrier.wait()
+        for workflow_id, key in keys[::3]:
+            answer = alone(wf, addressed(workflow_id, key))
+            statuses.append(answer.status_code)
+            answers[key].add(answer.content)
+
+    threads = [threading.Thread(target=send_batch, args=(order,)) for order in orders]
+    threads.append(threading.Thread(target=send_alone))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses == [201] * (len(orders) * len(keys) + len(keys[::3]))
+    assert all(len(bodies) == 1 for bodies in answers.values()), answers
+    assert sorted(stored_keys(wf)) == sorted(key for _, key in keys)
+    assert wf.rows("SELECT signals_stored FROM instances ORDER BY id") == [{"signals_stored": 6}] * 4
 
 
 # ---- a COMMIT cut by the fault proxy in the middle of a batch -----------------------------------
