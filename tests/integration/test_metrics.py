@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    ABSENT,
     insert_instances,
     payment,
     scanner_process,
@@ -672,3 +673,26 @@ def scanner_says(port: int, name: str, **labels) -> float:
         return value(scrape_port(port), name, **labels)
     except OSError:  # not listening yet
         return -1.0
+
+
+def test_B8_each_item_of_a_batch_is_counted_as_its_single_send(wf):
+    delta = Delta(wf.client)
+    items = [
+        {"workflow_id": "order-1", "idempotency_key": key, **payment(**overrides)}
+        for key, overrides in (("k1", {}), ("k2", {}), ("k1", {}), ("k1", {"reason": "other"}), ("k3", {"sequence": 2}))
+    ]
+    items.append({"idempotency_key": "f1", **payment("o-9", target_step_key=ABSENT, target_activation_sequence=ABSENT)})
+    answer = wf.client.simulate_post(f"{wf.ns}/signal-batches", json={"signals": items}, headers=wf.signaller)
+    assert [r["status"] for r in answer.json["results"]] == [201, 201, 201, 409, 409, 201]
+    assert delta("weave_signal_requests_total", outcome="accepted") == 3
+    assert delta("weave_signal_requests_total", outcome="replayed") == 1
+    assert delta("weave_signal_requests_total", outcome="IDEMPOTENCY_CONFLICT") == 1
+    assert delta("weave_signal_requests_total", outcome="ACTIVATION_NOT_FOUND") == 1
+    assert delta("weave_signals_accepted_total", status="PENDING", disposition="none") == 2
+    assert delta("weave_signals_routed_total", route="PARKED") == 1
+    assert (
+        delta(
+            "weave_http_requests_total", route="/v1/namespaces/{namespace}/signal-batches", method="POST", status="200"
+        )
+        == 1
+    )

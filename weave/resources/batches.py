@@ -155,8 +155,9 @@ class SignalBatches(Resource):
             "Each item is answered exactly as its single request (POST /workflows/{workflow_id}/signals for an"
             " item with `workflow_id`, POST /signals for one without) would be: its status, its receipt or"
             " problem+json byte for byte, and `headers` with the Idempotent-Replayed or Retry-After it would"
-            " carry. Items are independent and run in order, each in its own transaction: a refused item"
-            " changes nothing and does not stop the others. The body cap applies to the whole request; each"
+            " carry. Items are independent and run in order (consecutive items with `workflow_id` in one"
+            " transaction, each decided as it would be alone): a refused item changes nothing and does not"
+            " stop the others. The body cap applies to the whole request; each"
             " payload keeps its 256 KiB limit. Re-sending a batch whose answer was lost answers every item"
             " that was accepted as a replay."
         ),

@@ -111,35 +111,8 @@ def take_quota(database, principal) -> None:
             )
 
 
-def send_addressed(database, principal, workflow_id: str, key: str, body: dict) -> signals.Receipt:
-    """S1.3 after authentication: the request built from a validated body, the quota, the unit."""
-    request = signal_request(key, body)
-    take_quota(database, principal)
-    return signals.send_signal(database, principal, workflow_id, request)
-
-
-def send_routed(database, principal, key: str, body: dict) -> signals.Receipt:
-    """B1 after authentication: the request built from a validated body, the quota, the unit."""
-    request = route_request(key, body)
-    take_quota(database, principal)
-    return routing.route_signal(database, principal, request)
-
-
-def counted(send) -> signals.Receipt:
-    """The receipt `send()` returns, its outcome counted (a refusal by its code).
-
-    Counted here, once the unit has committed and returned: a unit re-run after a lost commit
-    returns one receipt (a replay, when the first commit had landed), so nothing counts twice."""
-    try:
-        receipt = send()
-    except (WeaveError, Unavailable) as exc:
-        count_refusal(exc)
-        raise
-    count_receipt(receipt)
-    return receipt
-
-
 def count_refusal(exc: Exception) -> None:
+    """A refused send, counted by its code (a batch item's too, B8)."""
     if isinstance(exc, WeaveError):
         SEND_OUTCOMES(exc.code.name).inc()
     elif isinstance(exc, Unavailable):
@@ -147,6 +120,7 @@ def count_refusal(exc: Exception) -> None:
 
 
 def count_receipt(receipt: signals.Receipt) -> None:
+    """An answered send, counted as accepted (by status, disposition and route) or replayed."""
     if receipt.replayed:
         SEND_OUTCOMES("replayed").inc()
     else:
@@ -160,8 +134,16 @@ REPLAYED = {"Idempotent-Replayed": "true"}
 
 
 def answer_receipt(resp: falcon.Response, send) -> None:
-    """201 with the receipt `send()` returns (replays with Idempotent-Replayed), counted by outcome."""
-    receipt = counted(send)
+    """201 with the receipt `send()` returns (replays with Idempotent-Replayed), counted by outcome.
+
+    Counted here, once the unit has committed and returned: a unit re-run after a lost commit
+    returns one receipt (a replay, when the first commit had landed), so nothing counts twice."""
+    try:
+        receipt = send()
+    except (WeaveError, Unavailable) as exc:
+        count_refusal(exc)
+        raise
+    count_receipt(receipt)
     resp.status = 201
     resp.content_type = "application/json"
     resp.text = receipt.text
@@ -196,10 +178,10 @@ class WorkflowSignals(Resource):
         answer_receipt(resp, lambda: self._send(req, workflow_id))
 
     def _send(self, req: falcon.Request, workflow_id: str) -> signals.Receipt:
-        key = _idempotency_key(req)
-        return send_addressed(
-            self.database, req.context.principal, workflow_id, key, read_json(req, "signal", self.body_limit)
-        )
+        principal = req.context.principal
+        request = signal_request(_idempotency_key(req), read_json(req, "signal", self.body_limit))
+        take_quota(self.database, principal)
+        return signals.send_signal(self.database, principal, workflow_id, request)
 
     @operation(
         "List a workflow's signals with their dispositions, oldest first",
@@ -318,8 +300,10 @@ class NamespaceSignals(Resource):
         answer_receipt(resp, lambda: self._route(req))
 
     def _route(self, req: falcon.Request) -> signals.Receipt:
-        key = _idempotency_key(req)
-        return send_routed(self.database, req.context.principal, key, read_json(req, "route_signal", self.body_limit))
+        principal = req.context.principal
+        request = route_request(_idempotency_key(req), read_json(req, "route_signal", self.body_limit))
+        take_quota(self.database, principal)
+        return routing.route_signal(self.database, principal, request)
 
     @operation(
         "List the namespace's facts that belong to no instance (B6): parked, expired unrouted, refused; newest first",
