@@ -41,6 +41,7 @@ def routes(database: Database, config: Config, metrics_route: bool = True) -> li
         (f"{N}/tasks/{{task_id}}/heartbeat", tasks.TaskHeartbeat(database, limit)),
         (f"{N}/tasks/{{task_id}}/complete", tasks.TaskComplete(database, limit)),
         ("/v1/inbound/{namespace}/{source}", inbound.InboundDelivery(database, limit, config.keyring)),
+        (f"{N}/inbound", inbound.Sources(database)),
         (f"{N}/inbound/{{source}}/deliveries", inbound.SourceDeliveries(database)),
     ]
 

@@ -505,14 +505,15 @@ class FactList(Console):
 class SourceList(Console):
     @page("The review console's list of a namespace's inbound webhook sources (HTML, W1)", "workflows:read")
     def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str) -> None:
-        """The namespace's inbound sources (never a secret), each linked to its deliveries."""
+        """The namespace's inbound sources as the API lists them (`GET {N}/inbound`: name, scheme,
+        age; never a secret), each linked to its deliveries."""
         _render(
             resp,
             "sources.html",
             visit=visit,
             root=ROOT,
             namespace=namespace,
-            sources=inbound.list_sources(self.database, visit.principal.namespace),
+            sources=[inbound_resources.source_view(row) for row in inbound.list_sources(self.database, namespace)],
             deliveries_url=functools.partial(_deliveries_url, namespace),
         )
 
@@ -548,7 +549,9 @@ class DeliveryList(Console):
             outcome=query.value or "",
             deliveries=rows,
             has_next=more,
-            next_url=_deliveries_url(namespace, source, outcome=query.value, after=rows[-1]["id"] if more else None),
+            next_url=_deliveries_url(
+                namespace, source, outcome=query.value, after=rows[-1]["delivery_id"] if more else None
+            ),
         )
 
 

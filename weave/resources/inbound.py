@@ -43,7 +43,6 @@ from weave.resources.signals import PAGE_DEFAULT, PAGE_MAX, route_request, take_
 from weave.rules import webhooks
 from weave.secretbox import Keyring
 from weave.sql import inbound, routing
-from weave.times import rfc3339
 
 log = logging.getLogger("weave.inbound")
 
@@ -199,17 +198,24 @@ class InboundDelivery(Resource):
         self._record(found, seen)
 
 
-def delivery_view(row: dict) -> dict:
-    """A recorded delivery as W5 pins it."""
-    return {
-        "delivery_id": str(row["id"]),
-        "received_at": rfc3339(row["received_at"]),
-        "event_id": row["event_id"],
-        "event_type": row["event_type"],
-        "outcome": row["outcome"],
-        "signal_id": None if row["signal_id"] is None else str(row["signal_id"]),
-        "error": row["error"],
-    }
+def source_view(row: dict) -> dict:
+    """A source as a reader of the namespace sees it: its name, scheme and age (its credential,
+    grants, mapping and secrets are the operator's: `weave admin inbound list`)."""
+    return {"source": row["source"], "scheme": row["scheme"], "created_at": row["created_at"]}
+
+
+class Sources(Resource):
+    """GET {N}/inbound: the namespace's sources, so that a reader finds their deliveries."""
+
+    @operation(
+        "List the namespace's inbound webhook sources by name (W1): name, scheme, creation time",
+        scopes=("workflows:read",),
+        not_found=Code.NOT_FOUND,
+        response="inbound_source_list",
+    )
+    def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str) -> None:
+        rows = inbound.list_sources(self.database, req.context.principal.namespace)
+        send_json(resp, 200, {"sources": [source_view(row) for row in rows]})
 
 
 class SourceDeliveries(Resource):
@@ -229,7 +235,7 @@ class SourceDeliveries(Resource):
     )
     def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, source: str) -> None:
         outcome = query_text(req, "outcome", OUTCOMES.__contains__, f"one of {', '.join(OUTCOMES)}")
-        after = query_int(req, "after", 0, 0, 2**63 - 1) or 2**63 - 1  # 0: from the newest, as the other lists
+        after = query_int(req, "after", 0, 0, 2**63 - 1) or None  # 0: from the newest, as the other lists
         limit = query_int(req, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
         rows = inbound.list_deliveries(self.database, req.context.principal, source, outcome, after, limit + 1)
         page = rows[:limit]
@@ -237,7 +243,7 @@ class SourceDeliveries(Resource):
             resp,
             200,
             {
-                "deliveries": [delivery_view(row) for row in page],
-                "next_after": str(page[-1]["id"]) if len(rows) > limit else None,
+                "deliveries": page,
+                "next_after": page[-1]["delivery_id"] if len(rows) > limit else None,
             },
         )
