@@ -144,10 +144,8 @@ def _non_negative(variable: str, raw: str) -> int:
 def _keyring(variable: str, raw: str) -> Keyring | None:
     try:
         return Keyring.from_env({variable: raw})
-    except ValueError:  # its message is not repeated: it could quote the key
-        raise SystemExit(
-            f"{variable} must be one or more comma-separated keys as `weave admin secret-key` prints them"
-        ) from None
+    except ValueError as exc:  # its message says which key is wrong, never the key
+        raise SystemExit(str(exc)) from None
 
 
 # The settings the environment may give (`weave serve` and `weave dev`), by field: its variable and

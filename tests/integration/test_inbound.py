@@ -64,13 +64,23 @@ class Provider:
             signature = standardwebhooks.Webhook(self.secret).sign(event_id, moment, body.decode())
             return body, {"webhook-id": event_id, "webhook-timestamp": str(at), "webhook-signature": signature}
         if self.scheme == "stripe":
-            body = _json({"id": event_id, "type": event_type, "data": {"object": {"amount": amount, "metadata": {"order_id": order}}}})
+            body = _json(
+                {
+                    "id": event_id,
+                    "type": event_type,
+                    "data": {"object": {"amount": amount, "metadata": {"order_id": order}}},
+                }
+            )
             header = stripe.WebhookSignature.generate_signature_header(body.decode(), self.secret, timestamp=at)
             return body, {"Stripe-Signature": header}
         if self.scheme == "github":
             body = _json({"action": "completed", "order": {"id": order, "amount": amount}})
             digest = hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
-            return body, {"X-GitHub-Event": event_type, "X-GitHub-Delivery": event_id, "X-Hub-Signature-256": f"sha256={digest}"}
+            return body, {
+                "X-GitHub-Event": event_type,
+                "X-GitHub-Delivery": event_id,
+                "X-Hub-Signature-256": f"sha256={digest}",
+            }
         body = _json({"event": event_type, "delivery": event_id, "order_id": order, "payment": {"amount": amount}})
         return body, {self.signature_header: hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()}
 
@@ -98,10 +108,15 @@ def rule(event: str, correlation: str, payload: str | None, **extra) -> dict:
 
 
 MAPPINGS = {
-    "standard-webhooks": {"event_type": "/type", "rules": [rule("payment.succeeded", "/data/order_id", "/data/payment")]},
+    "standard-webhooks": {
+        "event_type": "/type",
+        "rules": [rule("payment.succeeded", "/data/order_id", "/data/payment")],
+    },
     "stripe": {
         "event_type": "/type",
-        "rules": [rule("payment_intent.succeeded", "/data/object/metadata/order_id", "/data/object", reason="Stripe: paid")],
+        "rules": [
+            rule("payment_intent.succeeded", "/data/object/metadata/order_id", "/data/object", reason="Stripe: paid")
+        ],
     },
     "github": {"rules": [rule("check_suite", "/order/id", "/order")]},
     "hmac-sha256": {
@@ -113,8 +128,16 @@ MAPPINGS = {
 SCHEMES = tuple(MAPPINGS)
 
 
-def make_source(database, keyring_, scheme: str, source: str | None = None, namespace="acme", application="app",
-                mapping: dict | None = None) -> Provider:
+def make_source(
+    database,
+    keyring_,
+    scheme: str,
+    source: str | None = None,
+    namespace="acme",
+    application="app",
+    mapping: dict | None = None,
+    queues: tuple[str, ...] = QUEUES,
+) -> Provider:
     """A source of `scheme` created as `weave admin inbound create` and `secret add` do."""
     provider = Provider(
         scheme,
@@ -124,8 +147,15 @@ def make_source(database, keyring_, scheme: str, source: str | None = None, name
         "X-Carrier-Signature" if scheme == "hmac-sha256" else None,
     )
     inbound.create_source(
-        database, namespace, provider.source, application, f"{provider.source}-bot", scheme,
-        json.dumps(provider.mapping), list(QUEUES), provider.signature_header.lower() if provider.signature_header else None,
+        database,
+        namespace,
+        provider.source,
+        application,
+        f"{provider.source}-bot",
+        scheme,
+        json.dumps(provider.mapping),
+        list(queues),
+        provider.signature_header.lower() if provider.signature_header else None,
     )
     inbound.add_secret(database, namespace, provider.source, keyring_.encrypt(provider.secret))
     return provider
@@ -195,11 +225,19 @@ def test_W2_W4_a_signed_event_of_each_scheme_is_routed_into_the_waiting_wait_and
     assert step["status"] == "SUCCEEDED" and step["wait"]["winner_signal_id"] == answer.json["signal_id"]
     state = flow.signal("w-1", answer.json["signal_id"]).json
     assert state["status"] == "CONSUMED" and state["payload"]["amount"] == 12.5  # the rule's payload pointer
-    assert state["evidence_ref"] == f"{provider.source}:evt-1" and state["idempotency_key"] == f"{provider.source}:evt-1"
+    assert (
+        state["evidence_ref"] == f"{provider.source}:evt-1" and state["idempotency_key"] == f"{provider.source}:evt-1"
+    )
     assert state["actor"] == f"{provider.source}-bot"  # the source acts through its own credential (W1)
     event_type = provider.mapping["rules"][0]["event"]
     assert delivery_rows(flow) == [
-        {"event_id": "evt-1", "event_type": event_type, "outcome": "ROUTED", "signal_id": int(answer.json["signal_id"]), "error": None}
+        {
+            "event_id": "evt-1",
+            "event_type": event_type,
+            "outcome": "ROUTED",
+            "signal_id": int(answer.json["signal_id"]),
+            "error": None,
+        }
     ]
 
 
@@ -222,7 +260,11 @@ def test_W4_an_event_two_waits_share_is_ambiguous_and_recorded(flow, stripe_sour
     answer = send(flow, stripe_source, "evt_1")
     assert (answer.status_code, answer.json["outcome"]) == (200, "AMBIGUOUS")
     [fact] = flow.rows("SELECT id, status, disposition FROM signals")
-    assert (str(fact["id"]), fact["status"], fact["disposition"]) == (answer.json["signal_id"], "REJECTED", "AMBIGUOUS_CORRELATION")
+    assert (str(fact["id"]), fact["status"], fact["disposition"]) == (
+        answer.json["signal_id"],
+        "REJECTED",
+        "AMBIGUOUS_CORRELATION",
+    )
     assert [row["outcome"] for row in delivery_rows(flow)] == ["AMBIGUOUS"]
 
 
@@ -239,7 +281,10 @@ def test_W4_an_event_type_the_mapping_does_not_name_is_ignored_and_recorded(flow
 def test_W4_an_unmappable_event_is_422_and_recorded_and_a_corrected_mapping_lets_the_redelivery_through(
     flow, database, keys, tenant
 ):
-    wrong = {"event_type": "/type", "rules": [rule("payment_intent.succeeded", "/data/object/metadata/order", "/data/object")]}
+    wrong = {
+        "event_type": "/type",
+        "rules": [rule("payment_intent.succeeded", "/data/object/metadata/order", "/data/object")],
+    }
     provider = make_source(database, keys, "stripe", mapping=wrong)
     open_payment_wait(flow, "w-1", "o-1")
     body, headers = provider.event("evt_1", "o-1")
@@ -274,7 +319,9 @@ def test_W3_a_redelivery_answers_as_the_first_delivery_with_one_signal_row(flow,
     assert first.status_code == again.status_code == 200
     assert again.json == first.json and first.json["outcome"] == "ROUTED"
     assert len(flow.rows("SELECT id FROM signals")) == 1
-    assert [(r["outcome"], r["signal_id"]) for r in delivery_rows(flow)] == [("ROUTED", int(first.json["signal_id"]))] * 2
+    assert [(r["outcome"], r["signal_id"]) for r in delivery_rows(flow)] == [
+        ("ROUTED", int(first.json["signal_id"]))
+    ] * 2
 
 
 def test_W3_a_redelivery_after_the_mapping_changed_still_answers_as_the_first(flow, database, stripe_source):
@@ -294,7 +341,7 @@ def test_W3_a_redelivery_after_the_mapping_changed_still_answers_as_the_first(fl
 def test_W2_a_bad_signature_an_unknown_source_and_another_namespaces_source_get_one_answer_and_store_nothing(
     flow, database, keys, stripe_source, other_tenant, weave_tables
 ):
-    theirs = make_source(database, keys, "stripe", source="theirs", namespace="globex")
+    theirs = make_source(database, keys, "stripe", source="theirs", namespace="globex", queues=("inventory",))
     open_payment_wait(flow, "w-1", "o-1")
     before = counts(flow, weave_tables)
     body, headers = stripe_source.event("evt_1", "o-1")
@@ -365,7 +412,8 @@ class Unreadable:
 def test_W5_a_body_declared_over_1_MiB_is_413_before_it_is_read(keyed, stripe_source, flow, weave_tables):
     before = counts(flow, weave_tables)
     environ = falcon.testing.create_environ(
-        f"{INBOUND}/{stripe_source.source}", method="POST",
+        f"{INBOUND}/{stripe_source.source}",
+        method="POST",
         headers={"Content-Type": "application/json", "Content-Length": str(1024 * 1024 + 1)},
     )
     environ["wsgi.input"] = Unreadable()
@@ -429,7 +477,7 @@ def test_W5_deliveries_are_listed_newest_first_paged_and_filtered_by_outcome(flo
 def test_W5_an_unknown_source_and_another_namespaces_source_have_no_deliveries_to_list(
     flow, database, keys, stripe_source, other_tenant
 ):
-    make_source(database, keys, "stripe", source="theirs", namespace="globex")
+    make_source(database, keys, "stripe", source="theirs", namespace="globex", queues=("inventory",))
     for source in ("nobody", "theirs"):
         answer = deliveries(flow, source)
         assert (answer.status_code, answer.json["code"]) == (404, "NOT_FOUND"), source
@@ -464,7 +512,13 @@ def test_W4_the_metric_counts_each_outcome(flow, database, keys, stripe_source):
     assert statuses == [200, 200, 200, 200, 200, 422, 401, 403]
     added = {outcome: counted(outcome) - before[outcome] for outcome in outcomes}
     assert added == {
-        "ROUTED": 2, "PARKED": 1, "AMBIGUOUS": 1, "IGNORED": 1, "UNMAPPABLE": 1, "signature_invalid": 1, "refused": 1
+        "ROUTED": 2,
+        "PARKED": 1,
+        "AMBIGUOUS": 1,
+        "IGNORED": 1,
+        "UNMAPPABLE": 1,
+        "signature_invalid": 1,
+        "refused": 1,
     }
 
 
@@ -539,3 +593,25 @@ def test_W5_the_console_pages_deliveries_by_id(flow, signed_in, stripe_source, m
             break
         path, query = older.group(1), older.group(2).replace("&amp;", "&")
     assert seen == sorted(seen, reverse=True) and len(seen) == 5
+
+
+def test_W1_a_secret_no_key_of_the_ring_opens_verifies_nothing_and_the_operator_is_told(
+    config, database, tenant, stripe_source
+):
+    """The server's WEAVE_SECRET_KEY lost the key the secret was stored with: 401, and an error line."""
+    client = falcon.testing.TestClient(create_app(dataclasses.replace(config, keyring=keyring()), database))
+    with captured_log(logging.INFO) as log:
+        answer = deliver(client, stripe_source, *stripe_source.event("evt_1", "o-1"))
+    assert (answer.status_code, answer.json["code"]) == (401, "SIGNATURE_INVALID")
+    assert "decrypts this stored secret" in log.getvalue() and stripe_source.secret not in log.getvalue()
+    assert database.run(lambda tx: tx.all("SELECT id FROM inbound_deliveries")) == []
+
+
+def test_W1_a_malformed_WEAVE_SECRET_KEY_stops_the_server_without_showing_the_key():
+    key = secretbox.new_key()
+    with pytest.raises(SystemExit) as stopped:
+        Config.from_env("mysql://u@h/db", environ={secretbox.SECRET_KEY_VARIABLE: f"{key},{key[:-3]}"})
+    assert "key 2 of 2" in str(stopped.value) and key[:-3] not in str(stopped.value)
+    assert Config.from_env("mysql://u@h/db", environ={secretbox.SECRET_KEY_VARIABLE: key}).keyring is not None
+    assert Config.from_env("mysql://u@h/db", environ={}).keyring is None
+    assert key not in repr(Config.from_env("mysql://u@h/db", environ={secretbox.SECRET_KEY_VARIABLE: key}))

@@ -131,8 +131,13 @@ def make_world(flow: Flow, tenant) -> World:
     ).json
     assert parked["route"] == "PARKED", parked
     receipts.append(parked)
-    mapping = {"event_type": "/type", "rules": [{"event": "paid", "name": "payment.settled", "payload_version": "v1", "correlation_key": "/order"}]}
-    inbound.create_source(flow.database, "acme", SOURCE, "app", "psp-bot", "stripe", json.dumps(mapping), ["inventory", "carrier"], None)
+    mapping = {
+        "event_type": "/type",
+        "rules": [{"event": "paid", "name": "payment.settled", "payload_version": "v1", "correlation_key": "/order"}],
+    }
+    inbound.create_source(
+        flow.database, "acme", SOURCE, "app", "psp-bot", "stripe", json.dumps(mapping), ["inventory", "carrier"], None
+    )
     inbound.add_secret(flow.database, "acme", SOURCE, KEYRING.encrypt("whsec_" + "0" * 32))
     return World(
         token=tenant.token(*auth.SCOPES, queues=("inventory", "carrier"), actor="fuzzer"),

@@ -97,7 +97,11 @@ def signed(scheme: str, secret: str, event_id: str, order: str) -> tuple[bytes, 
         return body.encode(), {"Stripe-Signature": stripe.WebhookSignature.generate_signature_header(body, secret, now)}
     body = json.dumps({"action": "completed", "order": {"id": order, "amount": 3}}).encode()
     digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return body, {"X-GitHub-Event": "check_suite", "X-GitHub-Delivery": event_id, "X-Hub-Signature-256": f"sha256={digest}"}
+    return body, {
+        "X-GitHub-Event": "check_suite",
+        "X-GitHub-Delivery": event_id,
+        "X-Hub-Signature-256": f"sha256={digest}",
+    }
 
 
 def weave(env: dict, *args: str, stdin: str | None = None) -> str:
@@ -127,8 +131,24 @@ def test_W1_W5_signed_deliveries_of_three_schemes_finish_workflows_and_no_secret
     for scheme, mapping in MAPPINGS.items():
         mapping_file = tmp_path / f"{scheme}.json"
         mapping_file.write_text(json.dumps(mapping))
-        weave(env, "admin", "inbound", "create", NS, scheme, "--app", tenant.application, "--actor", f"{scheme}-bot",
-              "--scheme", scheme, "--mapping", str(mapping_file), "--queue", QUEUE)
+        weave(
+            env,
+            "admin",
+            "inbound",
+            "create",
+            NS,
+            scheme,
+            "--app",
+            tenant.application,
+            "--actor",
+            f"{scheme}-bot",
+            "--scheme",
+            scheme,
+            "--mapping",
+            str(mapping_file),
+            "--queue",
+            QUEUE,
+        )
         weave(env, "admin", "inbound", "secret", "add", NS, scheme, stdin=SECRETS[scheme])
         listed = json.loads(weave(env, "admin", "inbound", "secret", "list", NS, scheme, "--json"))
         assert [set(s) for s in listed["secrets"]] == [{"secret_id", "created_at"}]
@@ -138,7 +158,10 @@ def test_W1_W5_signed_deliveries_of_three_schemes_finish_workflows_and_no_secret
     with open(log, "w") as err:
         server = subprocess.Popen(
             [sys.executable, "-m", "weave.cli", "serve", "--port", str(port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=die_with_parent,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=die_with_parent,
         )
     scanner = load.scan_process(config.database_url, tmp_path / "scan.log")
     api = f"http://127.0.0.1:{port}"
@@ -150,8 +173,13 @@ def test_W1_W5_signed_deliveries_of_three_schemes_finish_workflows_and_no_secret
         status, body = http("POST", f"{api}/v1/namespaces/{NS}/definitions", json.dumps(definition).encode(), bearer)
         assert status == 201, body
         for scheme in MAPPINGS:
-            start = {"definition": "paid", "version": 1, "workflow_id": f"w-{scheme}", "input": {"order_id": f"o-{scheme}"},
-                     "deadline_seconds": 3600}
+            start = {
+                "definition": "paid",
+                "version": 1,
+                "workflow_id": f"w-{scheme}",
+                "input": {"order_id": f"o-{scheme}"},
+                "deadline_seconds": 3600,
+            }
             status, body = http("POST", f"{api}/v1/namespaces/{NS}/workflows", json.dumps(start).encode(), bearer)
             assert status == 201, body
 
@@ -171,7 +199,9 @@ def test_W1_W5_signed_deliveries_of_three_schemes_finish_workflows_and_no_secret
             assert http("POST", f"{api}/v1/inbound/{NS}/{scheme}", forged, forged_headers)[0] == 401
 
         def finished() -> bool:
-            reads = [http("GET", f"{api}/v1/namespaces/{NS}/workflows/w-{scheme}", headers=bearer) for scheme in MAPPINGS]
+            reads = [
+                http("GET", f"{api}/v1/namespaces/{NS}/workflows/w-{scheme}", headers=bearer) for scheme in MAPPINGS
+            ]
             return all(json.loads(read)["status"] == "SUCCEEDED" for _, read in reads)
 
         wait_until(finished, timeout=60, pause=0.2)

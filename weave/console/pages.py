@@ -525,7 +525,9 @@ DELIVERY_QUERY = (
 
 
 class DeliveryList(Console):
-    @page("The review console's list of an inbound source's deliveries (HTML, W5)", "workflows:read", query=DELIVERY_QUERY)
+    @page(
+        "The review console's list of an inbound source's deliveries (HTML, W5)", "workflows:read", query=DELIVERY_QUERY
+    )
     def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str, source: str) -> None:
         """A source's recorded deliveries, newest first, a page at a time by id, through the API's
         own read (`GET {N}/inbound/{source}/deliveries`): an unknown source is 404."""

@@ -83,9 +83,7 @@ def unmappable(pointer: str, message: str) -> WeaveError:
 class InboundDelivery(Resource):
     """POST /v1/inbound/{namespace}/{source} (W2-W4)."""
 
-    def __init__(
-        self, database, body_limit: int, keyring: Keyring | None, clock: Callable[[], float] = time.time
-    ):
+    def __init__(self, database, body_limit: int, keyring: Keyring | None, clock: Callable[[], float] = time.time):
         super().__init__(database, body_limit)
         self.keyring = keyring
         self.clock = clock  # the process's clock: the timestamp is checked before the database is asked
@@ -144,8 +142,7 @@ class InboundDelivery(Resource):
             if found is None or found.principal is None:
                 webhooks.dummy_verify(body)  # as long as a verification: an unknown source looks like a bad signature
                 raise webhooks.Unverified("no such source in this namespace, or its credential is not current")
-            secrets = [self.keyring.decrypt(ciphertext) for ciphertext in found.ciphertexts]
-            webhooks.verify(found.scheme, secrets, headers, body, now, found.signature_header)
+            webhooks.verify(found.scheme, self._secrets(found), headers, body, now, found.signature_header)
         except webhooks.Unverified as exc:
             seen.reason = str(exc)
             raise signature_invalid() from None
@@ -173,6 +170,17 @@ class InboundDelivery(Resource):
         seen.outcome, seen.signal_id = fact["route"], fact["signal_id"]
         self._record(found, seen)
         return {"outcome": seen.outcome, "signal_id": seen.signal_id}
+
+    def _secrets(self, found: inbound.DeliverySource) -> list[str]:
+        """The source's secrets that a key of the ring opens. One that none opens (encrypted with a
+        key WEAVE_SECRET_KEY no longer holds) verifies nothing, and the operator is told."""
+        opened = []
+        for ciphertext in found.ciphertexts:
+            try:
+                opened.append(self.keyring.decrypt(ciphertext))
+            except ValueError as exc:
+                log.error("inbound source %s of namespace %s: %s", found.name, found.namespace_id, exc)
+        return opened
 
     def _route(self, principal, event: webhooks.Event):
         """The receipt of the event's fact routed under its idempotency key: the first delivery's
