@@ -122,10 +122,12 @@ def test_W2_standard_webhooks_agrees_with_the_package_on_several_signatures():
     headers["webhook-signature"] = f"{wrong} {headers['webhook-signature']}"
     assert Webhook(SW_SECRET).verify(SW_BODY, headers) == {"test": 2432232314}
     assert accepts("standard-webhooks", [SW_SECRET], headers, SW_BODY.encode(), now)
-    headers["webhook-signature"] = wrong
-    with pytest.raises(WebhookVerificationError):
-        Webhook(SW_SECRET).verify(SW_BODY, headers)
-    assert not accepts("standard-webhooks", [SW_SECRET], headers, SW_BODY.encode(), now)
+    good = sw_headers(SW_SECRET, SW_BODY, now)["webhook-signature"].removeprefix("v1,")
+    for refused in (wrong, f"v1a,{good}", f"v2,{good} {wrong}"):  # our HMAC under another version is none
+        headers["webhook-signature"] = refused
+        with pytest.raises(WebhookVerificationError):
+            Webhook(SW_SECRET).verify(SW_BODY, headers)
+        assert not accepts("standard-webhooks", [SW_SECRET], headers, SW_BODY.encode(), now)
 
 
 @pytest.mark.parametrize("offset, accepted", [(0, True), (-300, True), (300, True), (-301, False), (301, False)])

@@ -4,7 +4,7 @@ becomes (W3, W4). The HTTP side (`weave.resources.inbound`) reads the source and
 calls these, and records the outcome.
 
 Verification is written here, over the raw body bytes, rather than with the providers' libraries
-(they are the tests' oracles: docs/decisions.md#inbound-webhook-verification). Its cost is bounded
+(they are the tests' oracles: docs/decisions.md#inbound-webhooks). Its cost is bounded
 whatever a request carries: a signature header longer than `MAX_SIGNATURE_HEADER_CHARS` is
 refused unread, at most `MAX_SIGNATURES` signatures of it are considered, and each secret costs one
 HMAC of the body, compared in constant time (`hmac.compare_digest`) with every signature.
