@@ -9,6 +9,7 @@ import base64
 import dataclasses
 import hashlib
 import hmac
+import http.client
 import json
 import logging
 import re
@@ -615,3 +616,24 @@ def test_W1_a_malformed_WEAVE_SECRET_KEY_stops_the_server_without_showing_the_ke
     assert Config.from_env("mysql://u@h/db", environ={secretbox.SECRET_KEY_VARIABLE: key}).keyring is not None
     assert Config.from_env("mysql://u@h/db", environ={}).keyring is None
     assert key not in repr(Config.from_env("mysql://u@h/db", environ={secretbox.SECRET_KEY_VARIABLE: key}))
+
+
+def test_W5_a_chunked_body_over_1_MiB_is_413_over_real_http(live_url, database, keys, tenant):
+    """A body of undeclared length (chunked) is held to the same cap, read no further than it."""
+    provider = make_source(database, keys, "stripe")
+    host, port = live_url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        chunks = (b"x" * 65536 for _ in range(17))  # 1 MiB and 64 KiB
+        connection.request(
+            "POST",
+            f"{INBOUND}/{provider.source}",
+            body=chunks,
+            headers={"Content-Type": "application/json"},
+            encode_chunked=True,
+        )
+        answer = connection.getresponse()
+        assert (answer.status, json.loads(answer.read())["code"]) == (413, "PAYLOAD_TOO_LARGE")
+    finally:
+        connection.close()
+    assert database.run(lambda tx: tx.all("SELECT id FROM inbound_deliveries")) == []
