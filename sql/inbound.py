@@ -100,9 +100,9 @@ def create_source(
             return tx.memo["created"]
         raise WeaveError(Code.INVALID_STATE, f"inbound source {source!r} already exists in {namespace!r}")
     credential_id = int(
-        tenancy.insert_credential(
-            tx, namespace, application, actor, SOURCE_SCOPES, queues, token_sha256, None
-        )["credential_id"]
+        tenancy.insert_credential(tx, namespace, application, actor, SOURCE_SCOPES, queues, token_sha256, None)[
+            "credential_id"
+        ]
     )
     now = tx.now()
     source_id = tx.insert(
