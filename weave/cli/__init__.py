@@ -181,9 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
         p.set_defaults(run=run)
 
-    admin = commands.add_parser(
-        "admin", help="namespaces, queues, applications, credentials, inbound sources"
-    )
+    admin = commands.add_parser("admin", help="namespaces, queues, applications, credentials, inbound sources")
     objects = admin.add_subparsers(dest="object", required=True)
     leaf = [common, as_json]
 
