@@ -108,21 +108,6 @@ VALUES (%s, %s, %s, %s, %s, %s, %s)
 INSERT_GRANT = "INSERT INTO credential_queue_grants (credential_id, queue_id, created_at) VALUES (%s, %s, %s)"
 
 
-@unit_of_work
-def create_credential(
-    tx: Tx,
-    namespace: str,
-    application: str,
-    actor: str,
-    scopes: list[str],
-    queues: list[str],
-    token_sha256: bytes,
-    expires_in_seconds: int | None,
-) -> dict:
-    """Store a credential for an already generated token (only its hash reaches the database)."""
-    return insert_credential(tx, namespace, application, actor, scopes, queues, token_sha256, expires_in_seconds)
-
-
 def insert_credential(
     tx: Tx,
     namespace: str,
@@ -133,7 +118,8 @@ def insert_credential(
     token_sha256: bytes,
     expires_in_seconds: int | None,
 ) -> dict:
-    """`create_credential` inside a unit that does more (an inbound source's own credential)."""
+    """Store a credential for an already generated token (only its hash reaches the database), in
+    an open unit: `create_credential`'s own, or one that does more (an inbound source's)."""
     unknown = sorted(set(scopes) - auth.SCOPES)
     if unknown:
         raise WeaveError(
@@ -172,6 +158,8 @@ def insert_credential(
     )
     return {"credential_id": str(credential_id)}
 
+
+create_credential = unit_of_work(insert_credential)
 
 SELECT_CREDENTIAL_IN_NAMESPACE = "SELECT id, revoked_at FROM credentials WHERE id = %s AND namespace_id = %s FOR UPDATE"
 REVOKE_CREDENTIAL = "UPDATE credentials SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL"

@@ -58,25 +58,7 @@ def with_stdin(monkeypatch, text: str) -> None:
 
 
 def create(capsys, mapping, *extra):
-    return run_json(
-        capsys,
-        "admin",
-        "inbound",
-        "create",
-        "acme",
-        "stripe",
-        "--app",
-        "app",
-        "--actor",
-        "stripe-hooks",
-        "--scheme",
-        "stripe",
-        "--mapping",
-        str(mapping),
-        "--queue",
-        "inventory",
-        *extra,
-    )
+    return run_json(capsys, *create_argv(mapping, "--queue", "inventory", *extra))
 
 
 def test_W1_create_list_update_and_delete_a_source(operator, capsys, database, tmp_path):
@@ -132,7 +114,7 @@ def create_argv(mapping, *extra, scheme="stripe"):
         "--app",
         "app",
         "--actor",
-        "a",
+        "stripe-hooks",
         "--scheme",
         scheme,
         "--mapping",
