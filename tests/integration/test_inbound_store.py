@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 import pytest
@@ -183,6 +185,25 @@ def test_W1_secrets_are_added_listed_and_removed_and_a_third_is_refused(tenant, 
     actions = [row["action"] for row in audit_rows(database)]
     assert actions == ["inbound.create"] + ["inbound.secret.add"] * 2 + ["inbound.secret.remove", "inbound.secret.add"]
     assert inbound.list_sources(database, "acme")[0]["valid_secrets"] == 2
+
+
+def test_W1_concurrent_adds_leave_at_most_two_valid_secrets(tenant, database):
+    create(database)
+    start = threading.Barrier(8)
+
+    def add(n: int) -> str:
+        start.wait()
+        try:
+            return inbound.add_secret(database, "acme", "stripe", f"secret-{n}".encode())["secret_id"]
+        except WeaveError as exc:
+            return exc.code.name
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(add, range(8)))
+    added = [answer for answer in answers if answer.isdigit()]
+    assert len(added) == 2 and sorted(set(answers) - set(added)) == ["INVALID_STATE"]
+    assert [s["secret_id"] for s in inbound.list_secrets(database, "acme", "stripe")] == sorted(added, key=int)
+    assert len(inbound.list_secrets(database, "acme", "stripe")) == 2
 
 
 def test_W1_secret_commands_name_the_missing_source_or_secret(tenant, other_tenant, database):
