@@ -257,6 +257,54 @@ def remove_secret(tx: Tx, namespace: str, source: str, secret_id: int) -> dict:
     return {"namespace": namespace, "source": source, "secret_id": str(secret_id), "removed": True}
 
 
+# Rotation of WEAVE_SECRET_KEY: every valid secret of every namespace, a page at a time in id
+# order, each written again encrypted with the new key unless it changed meanwhile. Secrets first
+# (a range of their primary key from the cursor), their sources and namespaces by key after.
+SELECT_SECRETS_AFTER = """
+SELECT STRAIGHT_JOIN x.id, x.source_id, x.ciphertext, s.namespace_id, n.name AS namespace, s.name
+FROM inbound_secrets x JOIN inbound_sources s ON s.id = x.source_id JOIN namespaces n ON n.id = s.namespace_id
+WHERE x.id > %s AND x.removed_at IS NULL
+ORDER BY x.id
+LIMIT %s
+"""
+REWRITE_SECRET = "UPDATE inbound_secrets SET ciphertext = %s WHERE id = %s AND removed_at IS NULL AND ciphertext = %s"
+
+
+@read_only
+def secrets_after(tx: Tx, after: int, limit: int) -> list[dict]:
+    """Up to `limit` valid secrets of every namespace with ids above `after`, in id order, with
+    their ciphertexts and where they belong (`secret_id` an int)."""
+    return [
+        {
+            "secret_id": row["id"],
+            "source_id": row["source_id"],
+            "ciphertext": bytes(row["ciphertext"]),
+            "namespace_id": row["namespace_id"],
+            "namespace": row["namespace"],
+            "source": row["name"],
+        }
+        for row in tx.all(SELECT_SECRETS_AFTER, (after, limit))
+    ]
+
+
+@unit_of_work
+def rewrite_secret(tx: Tx, secret: dict, ciphertext: bytes) -> bool:
+    """Store `ciphertext` (the same secret under another key) in place of the one `secrets_after`
+    read; False when that secret was removed or rewritten since."""
+    if tx.maybe_committed and tx.one(SELECT_ADDED_SECRET, (secret["source_id"], ciphertext)) is not None:
+        return True  # an earlier attempt of this call committed it
+    if tx.execute(REWRITE_SECRET, (ciphertext, secret["secret_id"], secret["ciphertext"])) != 1:
+        return False
+    audit.record(
+        tx,
+        secret["namespace_id"],
+        ADMIN_ACTOR,
+        "inbound.secret.reencrypt",
+        {"source": secret["source"], "secret_id": str(secret["secret_id"])},
+    )
+    return True
+
+
 # ---- the delivery path -----------------------------------------------------------------------------
 
 

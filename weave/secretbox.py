@@ -6,8 +6,9 @@ secret) with a key that only the environment holds, `WEAVE_SECRET_KEY`. A copy o
 alone (a backup, a replica, a dump) then holds no usable secret.
 
 The variable holds one or more keys separated by commas: the first encrypts, every one decrypts.
-Rotation puts a new key first and keeps the old one after it until no secret needs it
-(docs/operations.md, "The secret key").
+Rotation puts a new key first and keeps the old one after it until every stored secret has been
+encrypted again with the new one (`weave admin inbound secret reencrypt`; docs/operations.md,
+"The secret key").
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ class Keyring:
         key the variable no longer holds, or it was altered)."""
         try:
             return self._fernet.decrypt(bytes(token)).decode("utf-8")
+        except InvalidToken:
+            raise ValueError(f"no key of {SECRET_KEY_VARIABLE} decrypts this stored secret") from None
+
+    def rotate(self, token: bytes) -> bytes:
+        """The same secret encrypted with the first key (rotation: nothing stored then needs the
+        keys after it); ValueError like `decrypt`."""
+        try:
+            return self._fernet.rotate(bytes(token))
         except InvalidToken:
             raise ValueError(f"no key of {SECRET_KEY_VARIABLE} decrypts this stored secret") from None
 

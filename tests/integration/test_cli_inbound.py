@@ -237,3 +237,43 @@ def test_W1_secret_key_prints_a_new_key_without_a_database(monkeypatch, capsys):
     assert first != second and len(base64.urlsafe_b64decode(first)) == 32
     ring = Keyring.from_env({SECRET_KEY_VARIABLE: f"{first},{second}"})
     assert Keyring([first]).decrypt(ring.encrypt("s")) == "s"  # the first key encrypts
+
+
+def test_W1_rotation_reencrypt_moves_every_secret_to_the_first_key_and_names_one_no_key_opens(
+    operator, other_tenant, capsys, database, monkeypatch
+):
+    create(capsys, operator)
+    argv = create_argv(operator)
+    argv[3] = "globex"
+    run_json(capsys, *argv)
+    old = Keyring.from_env({SECRET_KEY_VARIABLE: SECRET_KEY})
+    inbound.add_secret(database, "acme", "stripe", old.encrypt("whsec_acme_1"))
+    inbound.add_secret(database, "globex", "stripe", old.encrypt("whsec_globex_1"))
+    lost = inbound.add_secret(database, "globex", "stripe", Keyring([new_key()]).encrypt("whsec_lost"))
+    removed = inbound.add_secret(database, "acme", "stripe", old.encrypt("whsec_removed"))
+    inbound.remove_secret(database, "acme", "stripe", int(removed["secret_id"]))
+
+    new = new_key()
+    monkeypatch.setenv(SECRET_KEY_VARIABLE, f"{new},{SECRET_KEY}")
+    assert main(["admin", "inbound", "secret", "reencrypt", "--json"]) == 1
+    answer = json.loads(capsys.readouterr().out)
+    assert answer == {
+        "reencrypted": 2,
+        "unreadable": [{"namespace": "globex", "source": "stripe", "secret_id": lost["secret_id"]}],
+    }
+    only_new = Keyring([new])
+    for namespace, expected in (("acme", ["whsec_acme_1"]), ("globex", ["whsec_globex_1"])):
+        stored = inbound.delivery_source(database, namespace, "stripe").ciphertexts
+        assert [only_new.decrypt(c) for c in stored[: len(expected)]] == expected
+    actions = database.run(
+        lambda tx: tx.all("SELECT details FROM audit_records WHERE action = 'inbound.secret.reencrypt'")
+    )
+    assert sorted(json.loads(row["details"])["secret_id"] for row in actions) == sorted(
+        [str(int(lost["secret_id"]) - 2), str(int(lost["secret_id"]) - 1)]
+    )
+    # once the lost one is replaced, it finishes with status 0 and can run again
+    inbound.remove_secret(database, "globex", "stripe", int(lost["secret_id"]))
+    assert main(["admin", "inbound", "secret", "reencrypt"]) == 0
+    assert "encrypted 2 secret(s) again" in capsys.readouterr().out
+    monkeypatch.delenv(SECRET_KEY_VARIABLE)
+    assert f"{SECRET_KEY_VARIABLE} is not set" in fails(capsys, "admin", "inbound", "secret", "reencrypt")

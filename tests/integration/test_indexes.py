@@ -617,6 +617,8 @@ INBOUND_KEYS = {
     "inbound.SELECT_VALID_SECRETS": {("inbound_secrets", "ix_inbound_secrets_source")},
     "inbound.SELECT_SECRET": {("inbound_secrets", "PRIMARY")},
     "inbound.REMOVE_SECRET": {("inbound_secrets", "PRIMARY")},
+    "inbound.SELECT_SECRETS_AFTER": {("x", "PRIMARY"), ("s", "PRIMARY"), ("n", "PRIMARY")},
+    "inbound.REWRITE_SECRET": {("inbound_secrets", "PRIMARY")},
 }
 LISTED_ELSEWHERE |= set(INBOUND_KEYS)
 # The index each scanner source and the task claim must range over (a plan may change its mind
@@ -835,6 +837,8 @@ def test_W1_W5_inbound_statements_read_through_their_indexes(tenant, other_tenan
         "inbound.SELECT_VALID_SECRETS": (source_id,),
         "inbound.SELECT_SECRET": (secret_id, source_id),
         "inbound.REMOVE_SECRET": (datetime(2026, 1, 1), secret_id),
+        "inbound.SELECT_SECRETS_AFTER": (secret_id, 100),
+        "inbound.REWRITE_SECRET": (b"d" * 100, secret_id, b"c" * 100),
     }
     assert set(params) == set(INBOUND_KEYS)
     for name, keys in INBOUND_KEYS.items():

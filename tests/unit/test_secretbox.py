@@ -59,3 +59,12 @@ def test_W1_a_ciphertext_no_key_opens_or_an_altered_one_is_a_value_error():
     altered = token[:-2] + (b"A" if token[-2:-1] != b"A" else b"B") + token[-1:]
     with pytest.raises(ValueError):
         ring.decrypt(altered)
+
+
+def test_W1_rotate_encrypts_again_with_the_first_key():
+    old, new = new_key(), new_key()
+    before = Keyring([old]).encrypt(SECRET)
+    rotated = Keyring([new, old]).rotate(before)
+    assert rotated != before and Keyring([new]).decrypt(rotated) == SECRET
+    with pytest.raises(ValueError, match="no key of WEAVE_SECRET_KEY decrypts"):
+        Keyring([new]).rotate(before)

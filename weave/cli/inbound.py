@@ -29,6 +29,7 @@ SECRET_MAX_BYTES = 1024
 # An HTTP field name (RFC 9110 §5.1: a token), kept lower-case as the delivery path compares them.
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 _secret_id = _integer(1, 2**64 - 1)
+REENCRYPT_PAGE = 100  # secrets read per round trip by `secret reencrypt`
 
 
 def _header_name(text: str) -> str:
@@ -73,6 +74,10 @@ def add_commands(objects, leaf: list[argparse.ArgumentParser]) -> None:
     p = secret.add_parser("list", parents=leaf, help="the valid secrets' ids and times")
     _source_arguments(p)
     p.set_defaults(run=cmd_secret_list)
+    p = secret.add_parser(
+        "reencrypt", parents=leaf, help=f"encrypt every stored secret again with the first key of {SECRET_KEY_VARIABLE}"
+    )
+    p.set_defaults(run=cmd_secret_reencrypt)
     p = secret.add_parser("remove", parents=leaf, help="retire a secret at once")
     _source_arguments(p)
     p.add_argument("secret_id", type=_secret_id)
@@ -231,6 +236,37 @@ def cmd_secret_remove(args) -> int:
     removed = inbound.remove_secret(Database(args.database_url), args.namespace, args.source, args.secret_id)
     _print(args, removed, f"removed secret {args.secret_id} of {args.source} in {args.namespace}")
     return 0
+
+
+def cmd_secret_reencrypt(args) -> int:
+    """Rotation's second step (docs/operations.md): every valid secret of every namespace, read
+    with whichever key opens it, written again with the first; a secret no key opens is named
+    (and the command exits 1) without stopping the others."""
+    ring = keyring()
+    database = Database(args.database_url)
+    after, reencrypted, unreadable = 0, 0, []
+    while page := inbound.secrets_after(database, after, REENCRYPT_PAGE):
+        for secret in page:
+            try:
+                ciphertext = ring.rotate(secret["ciphertext"])
+            except ValueError:
+                unreadable.append(
+                    {
+                        "namespace": secret["namespace"],
+                        "source": secret["source"],
+                        "secret_id": str(secret["secret_id"]),
+                    }
+                )
+                continue
+            reencrypted += inbound.rewrite_secret(database, secret, ciphertext)
+        after = page[-1]["secret_id"]
+    lines = [f"encrypted {reencrypted} secret(s) again with the first key of {SECRET_KEY_VARIABLE}"]
+    lines += [
+        f"no key opens secret {u['secret_id']} of {u['source']} in {u['namespace']}: add it again, then remove it"
+        for u in unreadable
+    ]
+    _print(args, {"reencrypted": reencrypted, "unreadable": unreadable}, "\n".join(lines))
+    return 1 if unreadable else 0
 
 
 def cmd_secret_key(args) -> int:
