@@ -99,11 +99,8 @@ def create_source(
         if ours and ours["id"] == existing["credential_id"] and "created" in tx.memo:
             return tx.memo["created"]
         raise WeaveError(Code.INVALID_STATE, f"inbound source {source!r} already exists in {namespace!r}")
-    credential_id = int(
-        tenancy.insert_credential(tx, namespace, application, actor, SOURCE_SCOPES, queues, token_sha256, None)[
-            "credential_id"
-        ]
-    )
+    credential = tenancy.insert_credential(tx, namespace, application, actor, SOURCE_SCOPES, queues, token_sha256, None)
+    credential_id = int(credential["credential_id"])
     now = tx.now()
     source_id = tx.insert(
         INSERT_SOURCE, (namespace_id, source, credential_id, scheme, signature_header, mapping_text, now, now)

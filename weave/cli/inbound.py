@@ -139,15 +139,18 @@ def cmd_inbound_create(args) -> int:
     return 0
 
 
+def _scheme(database: Database, namespace: str, source: str) -> str:
+    """The scheme of a source, which never changes (another scheme needs delete and create)."""
+    for listed in inbound.list_sources(database, namespace):
+        if listed["source"] == source:
+            return listed["scheme"]
+    raise WeaveError(Code.NOT_FOUND, f"inbound source {source!r} does not exist in {namespace!r}")
+
+
 def cmd_inbound_update(args) -> int:
     database = Database(args.database_url)
-    found = [s for s in inbound.list_sources(database, args.namespace) if s["source"] == args.source]
-    if not found:
-        raise WeaveError(Code.NOT_FOUND, f"inbound source {args.source!r} does not exist in {args.namespace!r}")
-    # The scheme of a source never changes (a new one needs delete and create).
-    updated = inbound.update_mapping(
-        database, args.namespace, args.source, _read_mapping(args.mapping, found[0]["scheme"])
-    )
+    scheme = _scheme(database, args.namespace, args.source)
+    updated = inbound.update_mapping(database, args.namespace, args.source, _read_mapping(args.mapping, scheme))
     _print(
         args, updated, f"updated the mapping of {args.source} in {args.namespace} (sha256 {updated['mapping_sha256']})"
     )
@@ -212,14 +215,12 @@ def read_secret(stdin=None) -> str:
 def cmd_secret_add(args) -> int:
     ring = keyring()
     database = Database(args.database_url)
-    found = [s for s in inbound.list_sources(database, args.namespace) if s["source"] == args.source]
-    if not found:
-        raise WeaveError(Code.NOT_FOUND, f"inbound source {args.source!r} does not exist in {args.namespace!r}")
+    scheme = _scheme(database, args.namespace, args.source)
     secret = read_secret()
     try:
-        webhooks.check_secret(found[0]["scheme"], secret)
+        webhooks.check_secret(scheme, secret)
     except ValueError as exc:  # its message describes the secret's form, never the secret
-        raise WeaveError(Code.VALIDATION_FAILED, f"not a {found[0]['scheme']} secret: {exc}") from None
+        raise WeaveError(Code.VALIDATION_FAILED, f"not a {scheme} secret: {exc}") from None
     added = inbound.add_secret(database, args.namespace, args.source, ring.encrypt(secret))
     _print(args, added, f"added secret {added['secret_id']} to {args.source} in {args.namespace}")
     return 0
