@@ -190,8 +190,10 @@ class InboundDelivery(Resource):
         try:
             return routing.route_signal(self.database, principal, request)
         except WeaveError as exc:
+            if exc.code is not Code.IDEMPOTENCY_CONFLICT:
+                raise
             first = routing.stored_receipt(self.database, principal, event.idempotency_key)
-            if exc.code is not Code.IDEMPOTENCY_CONFLICT or first is None:
+            if first is None:  # a conflict names a stored fact; it cannot have gone, but never guess
                 raise
             return first
 
