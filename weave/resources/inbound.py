@@ -139,7 +139,7 @@ class InboundDelivery(Resource):
         body = read_capped(req, self.body_limit)
         found = inbound.delivery_source(self.database, namespace, source)
         try:
-            if found is None or found.principal is None:
+            if found is None:  # none by that name here, or its credential revoked (a deleted source)
                 webhooks.dummy_verify(body)  # as long as a verification: an unknown source looks like a bad signature
                 raise webhooks.Unverified("no such source in this namespace, or its credential is not current")
             webhooks.verify(found.scheme, self._secrets(found), headers, body, now, found.signature_header)
