@@ -26,7 +26,7 @@ from datetime import timedelta
 
 from weave import jsontext
 from weave.auth import Principal
-from weave.db import Unavailable, unit_of_work
+from weave.db import Unavailable, read_only, unit_of_work
 from weave.rules import definitions as definition_rules
 from weave.rules import routing as rules
 from weave.rules import signals as signal_rules
@@ -123,6 +123,17 @@ def _route_once(tx: Tx, principal: Principal, request: signals.SignalRequest) ->
     if _candidates(tx, principal, request, hashed):
         raise Rerouted()  # its instance must be locked before the bucket: start again
     return _store_unrouted(tx, principal, request, hashed, outcome, "PARKED", None), outcome
+
+
+@read_only
+def stored_receipt(tx: Tx, principal: Principal, key: str) -> signals.Receipt | None:
+    """The frozen receipt of the fact routed under `key` in the principal's namespace, whatever it
+    was sent with; None when none was. An inbound source's redelivery whose fact changed (its
+    mapping was edited since) answers with it, as the first delivery did (W3)."""
+    existing = tx.one(SELECT_BY_ROUTE_KEY, (principal.namespace_id, key))
+    if existing is None:
+        return None
+    return signals.Receipt(signals.receipt_text(existing["signal_id"], existing["receipt"]), replayed=True)
 
 
 def _candidates(tx: Tx, principal: Principal, request: signals.SignalRequest, hashed: int) -> list[dict]:

@@ -24,7 +24,8 @@ SELECT_NAMESPACE = "SELECT id, name FROM namespaces WHERE name = %s"
 INSERT_NAMESPACE = "INSERT INTO namespaces (name, created_at) VALUES (%s, %s)"
 
 
-def _namespace_id(tx: Tx, name: str) -> int:
+def namespace_id_of(tx: Tx, name: str) -> int:
+    """The id of a namespace by its name; NOT_FOUND when there is none."""
     row = tx.one(SELECT_NAMESPACE, (name,))
     if row is None:
         raise WeaveError(Code.NOT_FOUND, f"namespace {name!r} does not exist")
@@ -48,7 +49,7 @@ INSERT INTO queues (namespace_id, name, max_permits, permits_in_use, created_at)
 
 @unit_of_work(replay_on=("uq_queues_namespace_name",))
 def create_queue(tx: Tx, namespace: str, name: str, max_permits: int) -> dict:
-    namespace_id = _namespace_id(tx, namespace)
+    namespace_id = namespace_id_of(tx, namespace)
     if tx.one(SELECT_QUEUE, (namespace_id, name)) is not None:
         raise WeaveError(Code.INVALID_STATE, f"queue {name!r} already exists in {namespace!r}")
     queue_id = tx.insert(INSERT_QUEUE, (namespace_id, name, max_permits, tx.now()))
@@ -66,7 +67,7 @@ UPDATE_APPLICATION_STATUS = "UPDATE applications SET status = %s, updated_at = %
 
 @unit_of_work(replay_on=("uq_applications_namespace_name",))
 def create_application(tx: Tx, namespace: str, name: str, signals_per_minute: int | None) -> dict:
-    namespace_id = _namespace_id(tx, namespace)
+    namespace_id = namespace_id_of(tx, namespace)
     if tx.one(SELECT_APPLICATION, (namespace_id, name)) is not None:
         raise WeaveError(Code.INVALID_STATE, f"application {name!r} already exists in {namespace!r}")
     now = tx.now()
@@ -89,7 +90,7 @@ def create_application(tx: Tx, namespace: str, name: str, signals_per_minute: in
 
 @unit_of_work
 def set_application_status(tx: Tx, namespace: str, name: str, status: str) -> dict:
-    namespace_id = _namespace_id(tx, namespace)
+    namespace_id = namespace_id_of(tx, namespace)
     app = tx.one(SELECT_APPLICATION, (namespace_id, name))
     if app is None:
         raise WeaveError(Code.NOT_FOUND, f"application {name!r} does not exist in {namespace!r}")
@@ -107,8 +108,7 @@ VALUES (%s, %s, %s, %s, %s, %s, %s)
 INSERT_GRANT = "INSERT INTO credential_queue_grants (credential_id, queue_id, created_at) VALUES (%s, %s, %s)"
 
 
-@unit_of_work
-def create_credential(
+def insert_credential(
     tx: Tx,
     namespace: str,
     application: str,
@@ -118,13 +118,14 @@ def create_credential(
     token_sha256: bytes,
     expires_in_seconds: int | None,
 ) -> dict:
-    """Store a credential for an already generated token (only its hash reaches the database)."""
+    """Store a credential for an already generated token (only its hash reaches the database), in
+    an open unit: `create_credential`'s own, or one that does more (an inbound source's)."""
     unknown = sorted(set(scopes) - auth.SCOPES)
     if unknown:
         raise WeaveError(
             Code.VALIDATION_FAILED, f"unknown scope(s): {', '.join(unknown)}; known: {', '.join(sorted(auth.SCOPES))}"
         )
-    namespace_id = _namespace_id(tx, namespace)
+    namespace_id = namespace_id_of(tx, namespace)
     app = tx.one(SELECT_APPLICATION, (namespace_id, application))
     if app is None:
         raise WeaveError(Code.NOT_FOUND, f"application {application!r} does not exist in {namespace!r}")
@@ -158,20 +159,30 @@ def create_credential(
     return {"credential_id": str(credential_id)}
 
 
+create_credential = unit_of_work(insert_credential)
+
 SELECT_CREDENTIAL_IN_NAMESPACE = "SELECT id, revoked_at FROM credentials WHERE id = %s AND namespace_id = %s FOR UPDATE"
 REVOKE_CREDENTIAL = "UPDATE credentials SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL"
 
 
 @unit_of_work
 def revoke_credential(tx: Tx, namespace: str, credential_id: int) -> dict:
-    namespace_id = _namespace_id(tx, namespace)
+    namespace_id = namespace_id_of(tx, namespace)
+    if not revoke(tx, namespace_id, credential_id):
+        raise WeaveError(Code.NOT_FOUND, f"credential {credential_id} does not exist in {namespace!r}")
+    return {"credential_id": str(credential_id), "revoked": True}
+
+
+def revoke(tx: Tx, namespace_id: int, credential_id: int) -> bool:
+    """Revoke a credential of the namespace (audited; nothing changes when it already is);
+    False when the namespace has no such credential."""
     row = tx.one(SELECT_CREDENTIAL_IN_NAMESPACE, (credential_id, namespace_id))
     if row is None:
-        raise WeaveError(Code.NOT_FOUND, f"credential {credential_id} does not exist in {namespace!r}")
+        return False
     if row["revoked_at"] is None:
         tx.transition(REVOKE_CREDENTIAL, (tx.now(), credential_id), f"revoke credential {credential_id}")
         audit.record(tx, namespace_id, ADMIN_ACTOR, "credential.revoke", {"credential_id": str(credential_id)})
-    return {"credential_id": str(credential_id), "revoked": True}
+    return True
 
 
 # A credential's identity (namespace, application, actor, scopes, queue grants) is fixed when it

@@ -9,7 +9,7 @@ from weave.config import Config
 from weave.console import pages as console
 from weave.db import Database
 from weave.http import Authenticate, BodyCap, Observe, RequestId
-from weave.resources import batches, definitions, health, review, signals, tasks, waiting, workflows
+from weave.resources import batches, definitions, health, inbound, review, signals, tasks, waiting, workflows
 from weave.resources.metrics import Metrics
 from weave.resources.openapi import OpenApiDocument
 
@@ -41,6 +41,9 @@ def routes(database: Database, config: Config, metrics_route: bool = True) -> li
         (f"{N}/queues/{{queue}}/claim", tasks.QueueClaim(database, limit, slots)),
         (f"{N}/tasks/{{task_id}}/heartbeat", tasks.TaskHeartbeat(database, limit)),
         (f"{N}/tasks/{{task_id}}/complete", tasks.TaskComplete(database, limit)),
+        ("/v1/inbound/{namespace}/{source}", inbound.InboundDelivery(database, limit, config.keyring)),
+        (f"{N}/inbound", inbound.Sources(database)),
+        (f"{N}/inbound/{{source}}/deliveries", inbound.SourceDeliveries(database)),
     ]
 
 

@@ -8,8 +8,10 @@ the scanner and the connection pools are given the result. The defaults are name
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
+
+from weave.secretbox import SECRET_KEY_VARIABLE, Keyring
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -88,6 +90,8 @@ class Config:
     scan_threads: int = DEFAULT_SCAN_THREADS
     scan_idle_seconds: float = DEFAULT_SCAN_IDLE_SECONDS
     pool_size: int = DEFAULT_POOL_SIZE  # a scanner's or an admin command's; an API process's: `api_pool_size`
+    # The keys that decrypt inbound sources' secrets (W1); None: the inbound route answers 503. Never shown.
+    keyring: Keyring | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(
@@ -137,6 +141,13 @@ def _non_negative(variable: str, raw: str) -> int:
     return int(raw)
 
 
+def _keyring(variable: str, raw: str) -> Keyring | None:
+    try:
+        return Keyring.from_env({variable: raw})
+    except ValueError as exc:  # its message says which key is wrong, never the key
+        raise SystemExit(str(exc)) from None
+
+
 # The settings the environment may give (`weave serve` and `weave dev`), by field: its variable and
 # how its text is read (a wrong value stops the command with the variable's name and why).
 ENVIRONMENT: dict[str, tuple[str, Callable[[str, str], Any]]] = {
@@ -146,4 +157,5 @@ ENVIRONMENT: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "min_body_rate": ("WEAVE_MIN_BODY_RATE", _positive),  # bytes per second
     "body_buffer_bytes": ("WEAVE_BODY_BUFFER_BYTES", _positive),
     "max_waiting_claims": ("WEAVE_MAX_WAITING_CLAIMS", _non_negative),
+    "keyring": (SECRET_KEY_VARIABLE, _keyring),
 }

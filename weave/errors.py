@@ -26,6 +26,7 @@ PROBLEM_JSON = "application/problem+json"
 
 class Code(enum.Enum):
     UNAUTHENTICATED = (401, "Authentication required")
+    SIGNATURE_INVALID = (401, "Signature invalid")  # W2: an inbound webhook's signature, source or timestamp
     FORBIDDEN = (403, "Forbidden")
     WORKFLOW_NOT_FOUND = (404, "Workflow not found")
     SIGNAL_NOT_FOUND = (404, "Signal not found")

@@ -99,6 +99,7 @@ PATH_IDS = {
     "workflow_id": PathId(
         re.compile(r"[\x21-\x2e\x30-\x7e]{1,128}"), "1-128 visible ASCII characters except /", Code.WORKFLOW_NOT_FOUND
     ),
+    "source": PathId(_NAME_64, "1-64 of A-Z a-z 0-9 _ . -", None),  # an inbound source (W1)
     "signal_id": PathId(_ROW_ID, "a decimal id", Code.SIGNAL_NOT_FOUND, int),
     "task_id": PathId(_ROW_ID, "a decimal id", Code.TASK_NOT_FOUND, int),
 }
@@ -320,6 +321,12 @@ def read_body(req: falcon.Request, media_type: str, limit: int) -> bytes:
         raise WeaveError(
             Code.UNSUPPORTED_MEDIA_TYPE, f"send Content-Type: {media_type} (got {req.content_type or 'none'})"
         )
+    return read_capped(req, limit)
+
+
+def read_capped(req: falcon.Request, limit: int) -> bytes:
+    """The body as sent, whatever its media type, read up to the cap (413 beyond: a body of
+    undeclared length; a declared one over the cap was refused by `BodyCap` before any read)."""
     raw = req.bounded_stream.read(limit + 1)
     if len(raw) > limit:
         raise WeaveError(Code.PAYLOAD_TOO_LARGE, f"the body is over the limit of {limit} bytes")

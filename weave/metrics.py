@@ -85,6 +85,13 @@ SIGNALS_ROUTED = Counter(
     "Facts sent by their business key and stored, by route: ROUTED, PARKED or AMBIGUOUS (replays not counted)",
     ["route"],
 )
+INBOUND_DELIVERIES = Counter(
+    "weave_inbound_deliveries_total",
+    "Inbound webhook deliveries (W4) by outcome: ROUTED, PARKED, AMBIGUOUS, IGNORED, UNMAPPABLE (recorded), or"
+    " signature_invalid (401) and refused (403 disabled application, 429 quota: not recorded); a redelivery"
+    " counts again with the outcome it is answered",
+    ["outcome"],
+)
 TASK_CLAIMS = Counter(
     "weave_task_claims_total",
     "Claims by result: claimed, empty, turned_away (the long-poll cap was full), or made_room (a waiting claim"
@@ -132,6 +139,7 @@ API_METRICS = (
     SIGNAL_REQUESTS,
     SIGNALS_ACCEPTED,
     SIGNALS_ROUTED,
+    INBOUND_DELIVERIES,
     TASK_CLAIMS,
     TASKS_COMPLETED,
     LEASES_LOST,

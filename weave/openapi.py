@@ -76,6 +76,14 @@ HEADERS = {
 }
 # Headers beyond X-Request-Id that every answer of a status carries.
 STATUS_HEADERS = {401: ("WWW-Authenticate",), 429: ("Retry-After",), 503: ("Retry-After",)}
+# A public operation's 401 is an inbound webhook's (W2): its signature authenticates it, so the
+# answer is SIGNATURE_INVALID with no Bearer challenge; a token's 401 is never SIGNATURE_INVALID.
+SIGNED = "problem_401_signed"
+SIGNED_CODES = (Code.SIGNATURE_INVALID.name,)
+SIGNED_WHY = (
+    "The signature is missing or does not verify, its timestamp is more than 5 minutes off, or the"
+    " namespace has no such source (one answer for all)"
+)
 
 
 def _problem_schema() -> dict:
@@ -102,13 +110,12 @@ def _problem_schema() -> dict:
     }
 
 
-def _error_response(status: int) -> dict:
-    codes = [code.name for code in Code if code.status == status]
-    headers = {
-        name: {"$ref": f"#/components/headers/{name}"} for name in ("X-Request-Id", *STATUS_HEADERS.get(status, ()))
-    }
+def _error_response(status: int, signed: bool = False) -> dict:
+    codes = [code.name for code in Code if code.status == status and (code.name in SIGNED_CODES) == signed]
+    extra = () if signed else STATUS_HEADERS.get(status, ())
+    headers = {name: {"$ref": f"#/components/headers/{name}"} for name in ("X-Request-Id", *extra)}
     return {
-        "description": f"{ERROR_STATUSES[status]}: {', '.join(codes)}",
+        "description": f"{SIGNED_WHY if signed else ERROR_STATUSES[status]}: {', '.join(codes)}",
         "headers": headers,
         "content": {
             "application/problem+json": {
@@ -241,7 +248,8 @@ def _operation(path: str, method: str, meta, op_id: str) -> dict:
         if status < 400:
             op["responses"][str(status)] = _success(status, meta)
         else:
-            op["responses"][str(status)] = {"$ref": f"#/components/responses/problem_{status}"}
+            name = SIGNED if status == 401 and meta.public else f"problem_{status}"
+            op["responses"][str(status)] = {"$ref": f"#/components/responses/{name}"}
     return op
 
 
@@ -249,6 +257,7 @@ def build(routes: Iterable[tuple[str, object]]) -> dict:
     paths: dict = {}
     schema_files: set[str] = {RESPONSES}
     error_statuses: set[int] = set()
+    signed = False  # whether an operation answers a signature's 401
     for path, resource in routes:
         clean = _PARAM.sub(r"{\1}", path)
         for method in HTTP_METHODS:
@@ -264,6 +273,7 @@ def build(routes: Iterable[tuple[str, object]]) -> dict:
             op_id = "_".join([method, *words]).replace(".", "_")
             operation = paths.setdefault(clean, {})[method] = _operation(path, method, meta, op_id)
             error_statuses.update(int(status) for status in operation["responses"] if int(status) >= 400)
+            signed = signed or (meta.public and "401" in operation["responses"])
             if meta.request:
                 schema_files.add(meta.request)
     components = _schema_components(schema_files)
@@ -279,7 +289,10 @@ def build(routes: Iterable[tuple[str, object]]) -> dict:
         "paths": paths,
         "components": {
             "schemas": dict(sorted(components.items())),
-            "responses": {f"problem_{status}": _error_response(status) for status in sorted(error_statuses)},
+            "responses": {
+                **{f"problem_{status}": _error_response(status) for status in sorted(error_statuses)},
+                **({SIGNED: _error_response(401, signed=True)} if signed else {}),
+            },
             "headers": HEADERS,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

@@ -89,6 +89,16 @@ class TaskOutcome(StrEnum):
     UNKNOWN = "UNKNOWN"
 
 
+class DeliveryOutcome(StrEnum):
+    """What became of a delivery to an inbound source (docs/rules.md#webhooks, W4, W5)."""
+
+    ROUTED = "ROUTED"
+    PARKED = "PARKED"
+    AMBIGUOUS = "AMBIGUOUS"
+    IGNORED = "IGNORED"  # the mapping names no rule for its event type
+    UNMAPPABLE = "UNMAPPABLE"  # the mapping cannot make a valid fact of it (422)
+
+
 # constraint name -> (table, column, the enum its values must be one of); a NULL passes a CHECK.
 CHECKS: dict[str, tuple[str, str, type[StrEnum]]] = {
     "ck_instances_status": ("instances", "status", InstanceStatus),
@@ -100,4 +110,5 @@ CHECKS: dict[str, tuple[str, str, type[StrEnum]]] = {
     "ck_tasks_status": ("tasks", "status", TaskStatus),
     "ck_inbox_events_status": ("inbox_events", "status", InboxStatus),
     "ck_inbox_events_outcome": ("inbox_events", "outcome", TaskOutcome),
+    "ck_inbound_deliveries_outcome": ("inbound_deliveries", "outcome", DeliveryOutcome),  # migration 0019
 }

@@ -129,6 +129,8 @@ OPERATIONS = [
     ("POST", f"{N}/queues/{{queue}}/claim", "NOT_FOUND", {"tasks:work"}),
     ("POST", f"{N}/tasks/{{task_id}}/heartbeat", "TASK_NOT_FOUND", {"tasks:work"}),
     ("POST", f"{N}/tasks/{{task_id}}/complete", "TASK_NOT_FOUND", {"tasks:work"}),
+    ("GET", f"{N}/inbound", "NOT_FOUND", {"workflows:read"}),
+    ("GET", f"{N}/inbound/{{source}}/deliveries", "NOT_FOUND", {"workflows:read"}),
 ]
 EVERY_SCOPE = auth.SCOPES
 SAMPLE = {
@@ -139,6 +141,7 @@ SAMPLE = {
     "signal_id": "1",
     "queue": "inventory",
     "task_id": "1",
+    "source": "stripe",
 }
 by_operation = pytest.mark.parametrize(
     "method, template, not_found, scopes",

@@ -318,7 +318,9 @@ def test_every_console_page_declares_the_scopes_of_its_api_twin():
             assert set(responder.operation.scopes) <= twin | {"workflows:read"}, path
             assert responder.operation.not_found.name == "WORKFLOW_NOT_FOUND"
             found += 1
-    assert found == 7  # list, page, pause, resume, cancel, review, parked facts (GET {N}/signals)
+    # list, page, pause, resume, cancel, review, parked facts (GET {N}/signals), inbound sources
+    # (GET {N}/inbound) and a source's deliveries (GET {N}/inbound/{source}/deliveries)
+    assert found == 9
 
 
 # ---- the list ------------------------------------------------------------------------------------------

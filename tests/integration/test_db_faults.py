@@ -119,6 +119,38 @@ def test_a_completion_whose_commit_answer_is_lost_answers_what_it_recorded(
     assert len(flow.rows("SELECT id FROM audit_records WHERE action = 'task.complete'")) == 1
 
 
+def test_W1_a_source_whose_commit_answer_is_lost_is_answered_as_created(tenant, flow, proxied, lose_commit_answer):
+    from weave.sql import inbound
+
+    lose_commit_answer()
+    created = inbound.create_source(proxied, "acme", "stripe", "app", "hooks", "stripe", "{}", ["inventory"], None)
+    (source,) = flow.rows("SELECT id, credential_id FROM inbound_sources")
+    assert (created["source_id"], created["credential_id"]) == (str(source["id"]), str(source["credential_id"]))
+    assert len(flow.rows("SELECT id FROM credentials")) == len(
+        flow.rows("SELECT id FROM audit_records WHERE action = 'credential.create'")
+    )
+    assert len(flow.rows("SELECT id FROM audit_records WHERE action = 'inbound.create'")) == 1
+    # another call for the same name is refused: it is not the call that made it
+    with pytest.raises(errors.WeaveError) as refused:
+        inbound.create_source(proxied, "acme", "stripe", "app", "hooks", "stripe", "{}", ["inventory"], None)
+    assert refused.value.code is errors.Code.INVALID_STATE
+
+
+def test_W1_a_secret_whose_commit_answer_is_lost_is_stored_once(tenant, flow, proxied, lose_commit_answer):
+    from weave.sql import inbound
+
+    inbound.create_source(proxied, "acme", "stripe", "app", "hooks", "stripe", "{}", [], None)
+    first = inbound.add_secret(proxied, "acme", "stripe", b"first")
+    lose_commit_answer()
+    second = inbound.add_secret(proxied, "acme", "stripe", b"second")
+    rows = flow.rows("SELECT id, ciphertext FROM inbound_secrets ORDER BY id")
+    assert [(str(r["id"]), bytes(r["ciphertext"])) for r in rows] == [
+        (first["secret_id"], b"first"),
+        (second["secret_id"], b"second"),
+    ]  # not refused as a third, not stored twice
+    assert len(flow.rows("SELECT id FROM audit_records WHERE action = 'inbound.secret.add'")) == 2
+
+
 def test_a_backoff_whose_commit_answer_is_lost_is_counted_once(flow, clock, proxied, lose_commit_answer):
     flow.publish(task_steps("work"))
     flow.start("wf-0")

@@ -1,5 +1,6 @@
 """Every query of the request path uses an index: EXPLAIN names the key we built for it."""
 
+import hashlib
 import os
 from datetime import datetime, timedelta
 
@@ -595,6 +596,31 @@ LISTED_ELSEWHERE = {
     "instances.SELECT_NEWEST_BY_STATUS",
     "instances.SELECT_NEWEST_OF_VERSIONS",
 }
+# Inbound webhooks (W1, W5), the delivery path's reads and the operator's units: tested with rows
+# of their own tables (test_W1_W5_inbound_statements_read_through_their_indexes).
+INBOUND_KEYS = {
+    "inbound.SELECT_DELIVERY_SOURCE": {("n", "uq_namespaces_name"), ("s", "uq_inbound_sources_name")},
+    "inbound.SELECT_DELIVERY_SECRETS": {("s", "uq_inbound_sources_name"), ("x", "ix_inbound_secrets_source")},
+    "inbound.SELECT_SOURCE": {("inbound_sources", "uq_inbound_sources_name")},
+    "inbound.SELECT_DELIVERY_PAGE": {("s", "uq_inbound_sources_name"), ("d", "ix_inbound_deliveries_source")},
+    "inbound.SELECT_DELIVERY_PAGE_BY_OUTCOME": {
+        ("s", "uq_inbound_sources_name"),
+        ("d", "ix_inbound_deliveries_outcome"),
+    },
+    "inbound.LOCK_SOURCE": {("inbound_sources", "uq_inbound_sources_name")},
+    "inbound.UPDATE_MAPPING": {("inbound_sources", "PRIMARY")},
+    "inbound.DELETE_SOURCE": {("inbound_sources", "PRIMARY")},
+    "inbound.DELETE_SECRETS": {("inbound_secrets", "ix_inbound_secrets_source")},
+    "inbound.SELECT_SOURCES": {("s", "uq_inbound_sources_name"), ("x", "ix_inbound_secrets_source")},
+    "inbound.COUNT_VALID_SECRETS": {("inbound_secrets", "ix_inbound_secrets_source")},
+    "inbound.SELECT_ADDED_SECRET": {("inbound_secrets", "ix_inbound_secrets_source")},
+    "inbound.SELECT_VALID_SECRETS": {("inbound_secrets", "ix_inbound_secrets_source")},
+    "inbound.SELECT_SECRET": {("inbound_secrets", "PRIMARY")},
+    "inbound.REMOVE_SECRET": {("inbound_secrets", "PRIMARY")},
+    "inbound.SELECT_SECRETS_AFTER": {("x", "PRIMARY"), ("s", "PRIMARY"), ("n", "PRIMARY")},
+    "inbound.REWRITE_SECRET": {("inbound_secrets", "PRIMARY")},
+}
+LISTED_ELSEWHERE |= set(INBOUND_KEYS)
 # The index each scanner source and the task claim must range over (a plan may change its mind
 # about the rest as long as it uses some index).
 EXPECTED_KEYS = {
@@ -747,3 +773,77 @@ def test_B6_the_namespace_list_of_facts_reads_its_index_backwards_without_a_sort
         assert len(reads) == ranges, reads
         for row in reads:
             assert row["key"] == "ix_signals_unrouted" and "filesort" not in (row["Extra"] or ""), row
+
+
+def test_W1_W5_inbound_statements_read_through_their_indexes(tenant, other_tenant, database):
+    """The delivery path finds its source and secrets by unique keys, a deliveries page is a
+    backward range of one index without a sort, and the operator's units touch only their rows;
+    on tables holding two namespaces' hundreds of sources and thousands of deliveries."""
+    from weave.sql import inbound
+
+    for _ in range(20):
+        tenant.token("workflows:signal", queues=("inventory",))
+
+    def fill(tx):
+        now = tx.now()
+        namespaces = [row["id"] for row in tx.all("SELECT id FROM namespaces ORDER BY id")]
+        # each source with its credential, as create_source makes them
+        tx.executemany(
+            "INSERT INTO credentials (token_sha256, namespace_id, application_id, actor, scopes, created_at)"
+            " SELECT %s, %s, id, 'hook', 'workflows:signal', %s FROM applications WHERE namespace_id = %s",
+            [
+                (hashlib.sha256(f"{ns}:{n}".encode()).digest(), ns, now, ns)
+                for ns, count in zip(namespaces, (30, 570))  # a namespace's sources are few of all
+                for n in range(count)
+            ],
+        )
+        rows = tx.all("SELECT id, namespace_id FROM credentials WHERE actor = 'hook' ORDER BY id")
+        credentials = {(row["namespace_id"], n): row["id"] for n, row in enumerate(rows)}
+        tx.executemany(
+            "INSERT INTO inbound_sources (namespace_id, name, credential_id, scheme, mapping, created_at, updated_at)"
+            " VALUES (%s, %s, %s, 'stripe', '{}', %s, %s)",
+            [(ns, f"s{n:03d}", credential, now, now) for (ns, n), credential in credentials.items()],
+        )
+        sources = [row["id"] for row in tx.all("SELECT id FROM inbound_sources ORDER BY id")]
+        tx.executemany(
+            "INSERT INTO inbound_secrets (source_id, ciphertext, created_at, removed_at) VALUES (%s, %s, %s, %s)",
+            [(source, b"c" * 100, now, now if n else None) for source in sources for n in range(4)],
+        )
+        outcomes = ("ROUTED", "PARKED", "IGNORED", "UNMAPPABLE", "AMBIGUOUS")
+        tx.executemany(
+            "INSERT INTO inbound_deliveries (namespace_id, source_id, received_at, event_id, event_type, outcome)"
+            " VALUES (%s, %s, %s, %s, 't', %s)",
+            [(namespaces[0], sources[n % 40], now, f"e{n}", outcomes[n % 5]) for n in range(20000)],
+        )
+        tx.execute("ANALYZE TABLE namespaces, inbound_sources, inbound_secrets, inbound_deliveries, credentials")
+        secret = tx.one("SELECT MIN(id) AS id FROM inbound_secrets WHERE source_id = %s", (sources[7],))["id"]
+        return namespaces[0], sources[7], secret
+
+    namespace_id, source_id, secret_id = database.run(fill)
+    page = {"namespace": namespace_id, "source": "s007", "outcome": "IGNORED", "after": 15000, "limit": 51}
+    params = {
+        "inbound.SELECT_DELIVERY_SOURCE": ("s007", "acme"),
+        "inbound.SELECT_DELIVERY_SECRETS": ("s007", "acme"),
+        "inbound.SELECT_SOURCE": (namespace_id, "s007"),
+        "inbound.SELECT_DELIVERY_PAGE": page,
+        "inbound.SELECT_DELIVERY_PAGE_BY_OUTCOME": page,
+        "inbound.LOCK_SOURCE": (namespace_id, "s007"),
+        "inbound.UPDATE_MAPPING": ("{}", datetime(2026, 1, 1), source_id),
+        "inbound.DELETE_SOURCE": (source_id,),
+        "inbound.DELETE_SECRETS": (source_id,),
+        "inbound.SELECT_SOURCES": (namespace_id,),
+        "inbound.COUNT_VALID_SECRETS": (source_id,),
+        "inbound.SELECT_ADDED_SECRET": (source_id, b"c" * 100),
+        "inbound.SELECT_VALID_SECRETS": (source_id,),
+        "inbound.SELECT_SECRET": (secret_id, source_id),
+        "inbound.REMOVE_SECRET": (datetime(2026, 1, 1), secret_id),
+        "inbound.SELECT_SECRETS_AFTER": (secret_id, 100),
+        "inbound.REWRITE_SECRET": (b"d" * 100, secret_id, b"c" * 100),
+    }
+    assert set(params) == set(INBOUND_KEYS)
+    for name, keys in INBOUND_KEYS.items():
+        plan = explain(database, getattr(inbound, name.split(".")[1]), params[name])
+        assert keys <= keys_used(plan), (name, plan)
+        assert full_scans(plan) == [], (name, plan)
+        if name.startswith("inbound.SELECT_DELIVERY_PAGE") or name == "inbound.SELECT_SOURCES":
+            assert not any("filesort" in (row["Extra"] or "") for row in plan), (name, plan)

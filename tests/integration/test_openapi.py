@@ -2,10 +2,13 @@
 every answer of a real flow through every operation is documented for its operation and matches
 the documented schema (tests/integration/test_schema_fuzz.py does the same for generated requests)."""
 
+import dataclasses
 import re
 
 import falcon.testing
 import pytest
+import stripe
+import test_inbound as inbound_test
 from helpers import Flow, payment, signal_flow_definition
 from jsonschema import Draft202012Validator
 
@@ -15,6 +18,7 @@ from weave.config import Config
 from weave.errors import Code
 
 _PARAM = re.compile(r"{(\w+)(?::[^}]*)?}")
+KEYS = inbound_test.keyring()
 
 
 def test_openapi_lists_every_served_operation_with_its_request_schema(client):
@@ -157,10 +161,31 @@ def test_every_answer_but_204_has_a_schema_and_errors_say_their_codes(client):
                 assert answer["content"][media_type]["schema"], (path, method, status)
                 if int(status) >= 400:
                     codes = answer["content"][media_type]["schema"]["properties"]["code"]["enum"]
-                    assert codes == [code.name for code in Code if code.status == int(status)]
+                    # a token's 401 is UNAUTHENTICATED; a public operation's, an inbound signature's (W2)
+                    signed = int(status) == 401 and not operation["security"]
+                    assert codes == [
+                        code.name
+                        for code in Code
+                        if code.status == int(status) and (code is Code.SIGNATURE_INVALID) == signed
+                    ], (path, method, status)
                     assert media_type == "application/problem+json"
             if operation["security"]:
                 assert {"401", "403", "404", "503"} <= set(operation["responses"]), (path, method)
+
+
+def test_W2_the_inbound_routes_401_is_the_signatures_without_a_bearer_challenge(client):
+    document = client.simulate_get("/v1/openapi.json").json
+    inbound = document["paths"]["/v1/inbound/{namespace}/{source}"]["post"]
+    assert inbound["security"] == [] and "requestBody" not in inbound  # the raw body is what is signed
+    refused = resolve(document, inbound["responses"]["401"]["$ref"])
+    assert set(refused["headers"]) == {"X-Request-Id"}
+    assert refused["content"]["application/problem+json"]["schema"]["properties"]["code"]["enum"] == [
+        "SIGNATURE_INVALID"
+    ]
+    token = resolve(
+        document, document["paths"]["/v1/namespaces/{namespace}/inbound"]["get"]["responses"]["401"]["$ref"]
+    )
+    assert "WWW-Authenticate" in token["headers"]
 
 
 # ---- real answers match the document ----------------------------------------------------------------
@@ -237,7 +262,7 @@ class DocumentedClient(falcon.testing.TestClient):
 
 @pytest.fixture
 def documented(config, database):
-    return DocumentedClient(create_app(config, database))
+    return DocumentedClient(create_app(dataclasses.replace(config, keyring=KEYS), database))
 
 
 def test_every_operation_of_a_real_flow_answers_as_documented(documented, tenant, database):
@@ -294,6 +319,21 @@ def test_every_operation_of_a_real_flow_answers_as_documented(documented, tenant
     assert c.simulate_get(f"{ns}/signals", query_string="status=PARKED&limit=1", headers=everything).status_code == 200
     assert c.simulate_get(f"{ns}/signals", query_string="status=LOST", headers=everything).status_code == 422
     assert c.simulate_post(f"{ns}/signals", json=payment("o-9"), headers=by_key).status_code == 422
+    # an inbound webhook (W2-W5): verified and parked, refused unsigned, unmappable; the listings
+    psp = inbound_test.make_source(database, KEYS, "stripe")
+    webhook = f"/v1/inbound/acme/{psp.source}"
+    body, signature = psp.event("evt_1", "o-9")
+    as_json = {**signature, "Content-Type": "application/json"}
+    assert c.simulate_post(webhook, body=body, headers=as_json).json["outcome"] == "PARKED"
+    assert c.simulate_post(webhook, body=body, headers={"Content-Type": "application/json"}).status_code == 401
+    not_json = {"Stripe-Signature": stripe.WebhookSignature.generate_signature_header("[", psp.secret)}
+    assert (
+        c.simulate_post(webhook, body=b"[", headers={**not_json, "Content-Type": "application/json"}).status_code == 422
+    )
+    assert c.simulate_get(f"{ns}/inbound", headers=everything).json["sources"][0]["source"] == psp.source
+    delivered = c.simulate_get(f"{ns}/inbound/{psp.source}/deliveries", query_string="limit=1", headers=everything)
+    assert delivered.json["deliveries"][0]["outcome"] == "UNMAPPABLE"  # the newest first
+    assert c.simulate_get(f"{ns}/inbound/nobody/deliveries", headers=everything).status_code == 404
     assert flow.send("wf-1", "k-1", payment("o-1")).headers["Idempotent-Replayed"] == "true"
     items = [{"workflow_id": "wf-1", "idempotency_key": "k-1", **payment("o-1")}, {"idempotency_key": "r-1", **routed}]
     items.append({"idempotency_key": "k-4"})

@@ -15,6 +15,7 @@ operation and mode (docs/reliability.md).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
@@ -38,18 +39,20 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from weave import auth
+from weave import auth, secretbox
 from weave.app import create_app
 from weave.config import Config
 from weave.db import connect
 from weave.errors import Code
 from weave.server import create_server
+from weave.sql import inbound
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("WEAVE_FUZZ_EXAMPLES", "70"))  # per operation and generation mode
 SEED = int(os.environ.get("WEAVE_FUZZ_SEED", "0"))
 MIN_REQUESTS = 2000
+KEYRING = secretbox.Keyring.from_env({secretbox.SECRET_KEY_VARIABLE: secretbox.new_key()})
 # SPEC §11's codes, and those docs/decisions.md adds for refusals that are not Weave's logic
 # (an unknown route or an id that breaks its rule, a wrong method, malformed HTTP).
 PINNED = {
@@ -75,6 +78,7 @@ PINNED = {
     "NOT_FOUND",
     "METHOD_NOT_ALLOWED",
     "BAD_REQUEST",
+    "SIGNATURE_INVALID",  # W2
 }
 CHECKS = [
     not_a_server_error,
@@ -127,6 +131,14 @@ def make_world(flow: Flow, tenant) -> World:
     ).json
     assert parked["route"] == "PARKED", parked
     receipts.append(parked)
+    mapping = {
+        "event_type": "/type",
+        "rules": [{"event": "paid", "name": "payment.settled", "payload_version": "v1", "correlation_key": "/order"}],
+    }
+    inbound.create_source(
+        flow.database, "acme", SOURCE, "app", "psp-bot", "stripe", json.dumps(mapping), ["inventory", "carrier"], None
+    )
+    inbound.add_secret(flow.database, "acme", SOURCE, KEYRING.encrypt("whsec_" + "0" * 32))
     return World(
         token=tenant.token(*auth.SCOPES, queues=("inventory", "carrier"), actor="fuzzer"),
         signal_ids=[receipt["signal_id"] for receipt in receipts],
@@ -143,6 +155,13 @@ ROUTING_OPERATIONS = {
     f"GET {ROUTE}/{{signal_id}}",
     "GET /v1/namespaces/{namespace}/definitions",
 }
+# Inbound webhooks (W2, W5): the fuzzer's deliveries are never signed, so they are mostly 401s.
+INBOUND_OPERATIONS = {
+    "POST /v1/inbound/{namespace}/{source}",
+    "GET /v1/namespaces/{namespace}/inbound",
+    "GET /v1/namespaces/{namespace}/inbound/{source}/deliveries",
+}
+SOURCE = "psp"
 
 # Which real workflow each operation addresses: control and review would otherwise end the
 # workflow the signals are sent to in the first few examples.
@@ -177,6 +196,7 @@ class Fuzzer:
             "signal_id": pick.choice(self.world.signal_ids),
             "task_id": pick.choice(self.world.task_ids),
             "queue": pick.choice(["inventory", "carrier"]),
+            "source": SOURCE,
         }
         for name in params:
             params[name] = real[name]
@@ -274,7 +294,7 @@ def fuzzed_server(config, database):
     (`max_waiting_claims=0`: the documented 204 with Retry-After), so a generated `wait_seconds`
     costs no time."""
     listener = socket.create_server(("127.0.0.1", 0))
-    served = Config(config.database_url, threads=4, max_waiting_claims=0)
+    served = Config(config.database_url, threads=4, max_waiting_claims=0, keyring=KEYRING)
     server = create_server(create_app(served, database), listener, served)
     with serving(server):
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
@@ -320,7 +340,7 @@ def test_schemathesis_finds_nothing_wrong_with_the_served_document(
     for label, count in fuzzer.operations.items():
         driven[label.split(" (")[0]] += count
     exercised = {operation for operation, count in driven.items() if count >= 10}
-    assert ROUTING_OPERATIONS <= exercised, ROUTING_OPERATIONS - exercised
+    assert ROUTING_OPERATIONS | INBOUND_OPERATIONS <= exercised, (ROUTING_OPERATIONS | INBOUND_OPERATIONS) - exercised
     assert {label.split(" (")[0] for label in fuzzer.operations} == {
         f"{op.method.upper()} {op.path}" for op in operations
     }

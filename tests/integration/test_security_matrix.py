@@ -53,7 +53,7 @@ from weave.app import create_app
 from weave.console.pages import ROOT as CONSOLE_ROOT
 from weave.http import Operation
 from weave.scanner import Scanner
-from weave.sql import tenancy
+from weave.sql import inbound, tenancy
 
 N = "/v1/namespaces/{namespace}"
 QUEUES = ("inventory", "carrier")
@@ -192,6 +192,20 @@ class World:
         )
         return workflow_id, receipt["signal_id"]
 
+    def source(self, namespace: str = "acme", queues: tuple[str, ...] = QUEUES) -> str:
+        """A new inbound source (W1), as `weave admin inbound create` makes one."""
+        name = self.unique(f"{namespace}-src")
+        mapping = {
+            "event_type": "/type",
+            "rules": [
+                {"event": "paid", "name": "payment.settled", "payload_version": "v1", "correlation_key": "/order"}
+            ],
+        }
+        inbound.create_source(
+            self.database, namespace, name, "app", "psp", "stripe", json.dumps(mapping), list(queues), None
+        )
+        return name
+
     def _globex_objects(self) -> dict[str, str]:
         """Real ids of globex: a definition, a workflow with a signal, a task leased with its token."""
         owner = self.globex.headers(*auth.SCOPES, queues=("inventory", "gqueue"))
@@ -209,6 +223,7 @@ class World:
             "task_id": task["task_id"],
             "lease_token": task["lease_token"],
             "queue": "gqueue",
+            "source": self.source("globex", ("inventory",)),
         }
 
 
@@ -338,6 +353,13 @@ CALLS: dict[tuple[str, str], list[Callable[[World], Call]]] = {
     ("POST", f"{N}/queues/{{queue}}/claim"): [_claim_call],
     ("POST", f"{N}/tasks/{{task_id}}/heartbeat"): [_heartbeat_call],
     ("POST", f"{N}/tasks/{{task_id}}/complete"): [_complete_call("SUCCEEDED"), _complete_call("FAILED")],
+    ("GET", f"{N}/inbound"): [lambda w: Call({}) if w.source() else None],
+    ("GET", f"{N}/inbound/{{source}}/deliveries"): [
+        lambda w: Call({"source": w.source()}, query={"outcome": "ROUTED", "after": "0", "limit": "10"})
+    ],
+    # Public: a signature authenticates it, not a token; unsigned it is 401 (tests/integration/
+    # test_inbound.py signs real deliveries with the providers' own libraries).
+    ("POST", "/v1/inbound/{namespace}/{source}"): [lambda w: Call({"source": w.source()}, ok=401)],
 }
 
 
@@ -530,6 +552,7 @@ NOWHERE = {
     "signal_id": "999999999",
     "task_id": "999999999",
     "queue": "noqueue",
+    "source": "nosource",
     "lease_token": "0" * 32,
 }
 

@@ -18,10 +18,17 @@ from helpers import ready, wait_until, weave_dev
 
 from weave.dburl import DatabaseUrl
 from weave.devdb import ServerNotFound, find_server_binary, free_port
+from weave.secretbox import Keyring
 
 WEAVE = [sys.executable, "-m", "weave.cli"]
 # `weave dev` in a folder of its own, starting its own database: nothing from the test run's.
-OWN_DATABASE = {k: v for k, v in os.environ.items() if k not in ("WEAVE_DATABASE_URL", "WEAVE_TEST_DATABASE_URL")}
+# What ./.weave/env holds beside the banner's exports: what `weave admin`, `weave serve` and `weave scan` read.
+SERVER_SETTINGS = ("WEAVE_DATABASE_URL", "WEAVE_SECRET_KEY")
+OWN_DATABASE = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ("WEAVE_DATABASE_URL", "WEAVE_TEST_DATABASE_URL", "WEAVE_SECRET_KEY")
+}
 
 
 def env_file(folder) -> dict[str, str]:
@@ -91,9 +98,13 @@ def test_issue_28_1_a_second_weave_dev_in_the_folder_touches_nothing_and_the_dat
         wait_until(lambda: ready(port) == 200, timeout=30)
         exports = banner_exports(printed)
         saved = env_file(tmp_path)
-        # ./.weave/env: the database's URL and the banner's exports, readable by its owner only.
-        assert {k: v for k, v in saved.items() if k != "WEAVE_DATABASE_URL"} == exports
+        # ./.weave/env: the server's settings and the banner's exports, readable by its owner only.
+        assert {k: v for k, v in saved.items() if k not in SERVER_SETTINGS} == exports
         assert (tmp_path / ".weave" / "env").stat().st_mode & 0o077 == 0
+        # W1: the folder's secret key, made once, readable by its owner only, not in the banner.
+        key_file = tmp_path / ".weave" / "secret-key"
+        assert key_file.read_text().strip() == saved["WEAVE_SECRET_KEY"] and key_file.stat().st_mode & 0o077 == 0
+        assert Keyring.from_env(saved) is not None and saved["WEAVE_SECRET_KEY"] not in "".join(printed)
         assert f"`. {tmp_path / '.weave' / 'env'}`" in "".join(printed)
         url = DatabaseUrl.parse(saved["WEAVE_DATABASE_URL"])
         assert f"(database {url.yoyo_url()})" in printed[0]
@@ -120,13 +131,33 @@ def test_issue_28_1_a_second_weave_dev_in_the_folder_touches_nothing_and_the_dat
         # The same database URL as before the restart, and new tokens in ./.weave/env.
         renewed = env_file(tmp_path)
         assert renewed["WEAVE_DATABASE_URL"] == saved["WEAVE_DATABASE_URL"]
+        assert renewed["WEAVE_SECRET_KEY"] == saved["WEAVE_SECRET_KEY"]  # secrets stored before stay readable
         assert renewed["WEAVE_TOKEN"] != saved["WEAVE_TOKEN"]
-        assert {k: v for k, v in renewed.items() if k != "WEAVE_DATABASE_URL"} == banner_exports(printed)
+        assert {k: v for k, v in renewed.items() if k not in SERVER_SETTINGS} == banner_exports(printed)
         assert credentials(url) == minted + 3  # the data stayed: three more tokens
         # What the README says ./.weave/env is for: an admin command in another shell.
         admin = in_folder(tmp_path, "admin", "stats", "--json", shell=". .weave/env && ")
         assert admin.returncode == 0, admin.stderr
         assert set(json.loads(admin.stdout)) >= {"due", "lag_seconds", "needs_review"}
+        # and the secret key with it: an inbound source's secret is stored encrypted with it (W1)
+        mapping = tmp_path / "mapping.json"
+        rule = {"event": "payment_intent.succeeded", "name": "payment.settled", "payload_version": "v1"}
+        rule |= {"correlation_key": "/data/object/metadata/order_id", "reason": "Stripe: payment succeeded"}
+        mapping.write_text(json.dumps({"event_type": "/type", "rules": [rule]}))
+        source = ("inbound", "create", "demo", "hooks", "--app", "demo-app", "--actor", "hooks", "--scheme", "stripe")
+        created = in_folder(tmp_path, "admin", *source, "--mapping", str(mapping), shell=". .weave/env && ")
+        assert created.returncode == 0, created.stderr
+        add = ("admin", "inbound", "secret", "add", "demo", "hooks")
+        added = in_folder(tmp_path, *add, shell=". .weave/env && echo whsec_5WbX5kEWLlfzsGNjH64I8lOOqUB6e8FH | ")
+        assert added.returncode == 0, added.stderr
+        conn = pymysql.connect(host=url.host, port=url.port, user=url.user, database=url.database)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT ciphertext FROM inbound_secrets")
+                (ciphertext,) = cur.fetchone()
+        finally:
+            conn.close()
+        assert Keyring.from_env(saved).decrypt(ciphertext) == "whsec_5WbX5kEWLlfzsGNjH64I8lOOqUB6e8FH"
     finally:
         stop(again)
     assert again.returncode == 0

@@ -128,6 +128,7 @@ def test_the_statuses_review_reasons_and_problem_codes_are_in_docs_rules_md():
         statuses.TaskStatus,
         statuses.InboxStatus,
         statuses.TaskOutcome,
+        statuses.DeliveryOutcome,
     ):
         assert {str(s) for s in enum} <= set(re.findall(r"`([A-Z_]+)`", listed)), enum.__name__
     text = RULES.read_text()

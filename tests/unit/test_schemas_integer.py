@@ -196,6 +196,7 @@ def test_every_request_schema_is_walked():
         "control",
         "definition",
         "heartbeat",
+        "inbound_mapping",
         "review",
         "route_signal",
         "signal",

@@ -17,6 +17,7 @@ import weave
 from weave import auth, logs, migrate
 from weave.cli import client as cli_client
 from weave.cli import definitions as cli_definitions
+from weave.cli import inbound as cli_inbound
 from weave.cli.admin import (
     cmd_app_create,
     cmd_app_status,
@@ -180,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
         p.set_defaults(run=run)
 
-    admin = commands.add_parser("admin", help="namespaces, queues, applications, credentials")
+    admin = commands.add_parser("admin", help="namespaces, queues, applications, credentials, inbound sources")
     objects = admin.add_subparsers(dest="object", required=True)
     leaf = [common, as_json]
 
@@ -228,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("namespace", type=_name)
     p.add_argument("credential_id", type=_credential_id)
     p.set_defaults(run=cmd_credential_revoke)
+
+    cli_inbound.add_commands(objects, leaf)
 
     cli_client.add_commands(commands)
     cli_definitions.add_commands(commands)

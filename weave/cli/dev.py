@@ -17,6 +17,7 @@ from weave.db import Database
 from weave.dburl import DatabaseUrl
 from weave.errors import Code, WeaveError
 from weave.scanner import Scanner
+from weave.secretbox import SECRET_KEY_VARIABLE, Keyring, new_key
 from weave.sql import definitions, tenancy
 
 DEV_DIR = Path(".weave")
@@ -24,7 +25,8 @@ DEV_NAMESPACE = "demo"
 DEV_APPLICATION = "demo-app"
 OPS_SCOPES = frozenset({"workflows:read", "workflows:review", "workflows:control"})
 DEV_LOCK = DEV_DIR / "dev.lock"  # held by the running `weave dev` of this folder: its pid and URL
-DEV_ENV = DEV_DIR / "env"  # the database's URL and the tokens, for a shell
+DEV_ENV = DEV_DIR / "env"  # the database's URL, the secret key and the tokens, for a shell
+DEV_SECRET_KEY = DEV_DIR / "secret-key"  # this folder's WEAVE_SECRET_KEY, made on the first start
 
 
 def cmd_dev(args) -> int:
@@ -79,6 +81,9 @@ def _read_holder(lock: int) -> str:
 
 
 def _run(args, listener, base: str) -> int:
+    # Before the database starts (a malformed key stops nothing half-way); the server below, in
+    # this process, reads it from the environment as `weave serve` does.
+    secret_key = os.environ[SECRET_KEY_VARIABLE] = _secret_key()
     url = scanner_url = args.database_url
     database_server = None
     if url is None and args.cluster:
@@ -99,7 +104,7 @@ def _run(args, listener, base: str) -> int:
         database = Database(url)
         tokens = _dev_tenant(database)
         exports = {"WEAVE_URL": base, "WEAVE_NAMESPACE": DEV_NAMESPACE, **tokens}
-        env_file = _write_env(url, exports)
+        env_file = _write_env(url, secret_key, exports)
         start = json.dumps({"order_id": "o-1"})
         print(f"Weave dev: {base}  (database {url.yoyo_url()})")
         print(f"review console: {base}/console/  (sign in with the client or the operator token)")
@@ -143,12 +148,31 @@ def _export_line(values: dict[str, str]) -> str:
     return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in values.items())
 
 
-def _write_env(url: DatabaseUrl, exports: dict[str, str]) -> Path:
-    """./.weave/env: the database's URL and this run's exports, for a shell (`. .weave/env`). Only
-    its owner may read it: it holds tokens (and the database's password, if the URL has one)."""
+def _secret_key() -> str:
+    """The WEAVE_SECRET_KEY of this run: the environment's when it has one, else this folder's,
+    made on the first start (readable by its owner only) and the same on every start after, so
+    that the inbound secrets stored in the database stay readable. ValueError when malformed."""
+    if Keyring.from_env() is not None:
+        return os.environ[SECRET_KEY_VARIABLE]
+    try:
+        descriptor = os.open(DEV_SECRET_KEY, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # the folder's lock is ours: no other `weave dev` is writing it now
+        key = DEV_SECRET_KEY.read_text().strip()
+        Keyring([key])
+        return key
+    key = new_key()
+    with os.fdopen(descriptor, "w") as file:
+        file.write(key + "\n")
+    return key
+
+
+def _write_env(url: DatabaseUrl, secret_key: str, exports: dict[str, str]) -> Path:
+    """./.weave/env: the server's settings (the database's URL, the secret key) and this run's
+    exports, for a shell (`. .weave/env`). Only its owner may read it: it holds tokens, the key
+    (and the database's password, if the URL has one)."""
     lines = [
         f"# Written by `weave dev` (pid {os.getpid()}) for this folder; each start writes it again.",
-        _export_line({"WEAVE_DATABASE_URL": url.url()}),
+        _export_line({"WEAVE_DATABASE_URL": url.url(), SECRET_KEY_VARIABLE: secret_key}),
         _export_line(exports),
     ]
     descriptor = os.open(DEV_ENV, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -58,11 +58,12 @@ from weave.http import (
     query_text,
     read_body,
 )
+from weave.resources import inbound as inbound_resources
 from weave.resources.workflows import DEFINITION_NAME, STATUSES
 from weave.rules import review as review_rules
 from weave.rules import routing as routing_rules
 from weave.rules import signals as signal_rules
-from weave.sql import engine, instances, sessions, tenancy
+from weave.sql import engine, inbound, instances, sessions, tenancy
 from weave.sql import signals as signal_rows
 from weave.sql import timeline as records
 
@@ -192,6 +193,11 @@ def _list_url(namespace: str, listed: str = "workflows", **query) -> str:
     """A namespace's list (`workflows`, or `signals`: the facts that belong to no instance) with its query."""
     query = {k: v for k, v in query.items() if v}
     return f"{ROOT}/ns/{namespace}/{listed}" + (f"?{urlencode(query)}" if query else "")
+
+
+def _deliveries_url(namespace: str, source: str, **query) -> str:
+    """An inbound source's list of deliveries (W5) with its query."""
+    return _list_url(namespace, f"inbound/{quote(source, safe='')}/deliveries", **query)
 
 
 def _workflow_url(namespace: str, workflow_id: str, **query) -> str:
@@ -437,6 +443,31 @@ FACT_QUERY = (
 )
 
 
+@dataclass(frozen=True)
+class Filtered:
+    """A newest-first list's query as a page reads it: its one filter, its cursor, and the problem
+    with a filter that breaks its rule (the page then shows everything, with the problem)."""
+
+    value: str | None
+    after: int | None
+    problem: WeaveError | None
+
+
+def _filtered(req: falcon.Request, name: str, accepted: tuple[str, ...], rule: str) -> Filtered:
+    try:
+        return Filtered(query_text(req, name, accepted.__contains__, rule), _list_cursor(req), None)
+    except WeaveError as exc:
+        return Filtered(None, None, exc)
+
+
+def _newest_page(read: Callable[[int, int], list[dict]], after: int | None) -> tuple[list[dict], bool]:
+    """One page of a list read newest first by id, `read(before, limit)` giving the rows with ids
+    below `before`, and whether there is an older page."""
+    before = after if after and after < 2**63 else 2**63 - 1  # the API's cursor: ids below it
+    rows = read(before, LIST_PAGE + 1)
+    return rows[:LIST_PAGE], len(rows) > LIST_PAGE
+
+
 class FactList(Console):
     @page(
         "The review console's list of a namespace's facts that belong to no instance (HTML, B6)",
@@ -447,29 +478,82 @@ class FactList(Console):
         """The facts sent by their business key that no instance holds (B6: PARKED, EXPIRED unrouted,
         REJECTED ambiguous or by a full instance), newest first, a page at a time by id, through
         the API's own read (`GET {N}/signals`)."""
-        problem = None
-        try:
-            status = query_text(req, "status", signal_rows.UNROUTED_STATUSES.__contains__, FACT_QUERY[0][1])
-            after = _list_cursor(req)
-        except WeaveError as exc:
-            problem, status, after = exc, None, None
-        before = after if after and after < 2**63 else 2**63 - 1  # the API's cursor: ids below it
-        rows = signal_rows.list_facts(self.database, visit.principal, status, None, None, before, LIST_PAGE + 1)
-        facts = [{**row, "route": routing_rules.where(False, row["disposition"])} for row in rows[:LIST_PAGE]]
-        more = len(rows) > LIST_PAGE
+        query = _filtered(req, "status", signal_rows.UNROUTED_STATUSES, FACT_QUERY[0][1])
+        rows, more = _newest_page(
+            lambda before, limit: signal_rows.list_facts(
+                self.database, visit.principal, query.value, None, None, before, limit
+            ),
+            query.after,
+        )
+        facts = [{**row, "route": routing_rules.where(False, row["disposition"])} for row in rows]
         _render(
             resp,
             "facts.html",
-            422 if problem else 200,
+            422 if query.problem else 200,
             visit=visit,
             root=ROOT,
             namespace=namespace,
-            problem=problem,
+            problem=query.problem,
             statuses=signal_rows.UNROUTED_STATUSES,
-            status=status or "",
+            status=query.value or "",
             facts=facts,
             has_next=more,
-            next_url=_list_url(namespace, "signals", status=status, after=facts[-1]["id"] if more else None),
+            next_url=_list_url(namespace, "signals", status=query.value, after=facts[-1]["id"] if more else None),
+        )
+
+
+class SourceList(Console):
+    @page("The review console's list of a namespace's inbound webhook sources (HTML, W1)", "workflows:read")
+    def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str) -> None:
+        """The namespace's inbound sources as the API lists them (`GET {N}/inbound`: name, scheme,
+        age; never a secret), each linked to its deliveries."""
+        _render(
+            resp,
+            "sources.html",
+            visit=visit,
+            root=ROOT,
+            namespace=namespace,
+            sources=[inbound_resources.source_view(row) for row in inbound.list_sources(self.database, namespace)],
+            deliveries_url=functools.partial(_deliveries_url, namespace),
+        )
+
+
+DELIVERY_QUERY = (
+    ("outcome", f"one of {', '.join(inbound_resources.OUTCOMES)}"),
+    ("after", "the cursor of the previous page"),
+)
+
+
+class DeliveryList(Console):
+    @page(
+        "The review console's list of an inbound source's deliveries (HTML, W5)", "workflows:read", query=DELIVERY_QUERY
+    )
+    def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str, source: str) -> None:
+        """A source's recorded deliveries, newest first, a page at a time by id, through the API's
+        own read (`GET {N}/inbound/{source}/deliveries`): an unknown source is 404."""
+        query = _filtered(req, "outcome", inbound_resources.OUTCOMES, DELIVERY_QUERY[0][1])
+        rows, more = _newest_page(
+            lambda before, limit: inbound.list_deliveries(
+                self.database, visit.principal, source, query.value, before, limit
+            ),
+            query.after,
+        )
+        _render(
+            resp,
+            "deliveries.html",
+            422 if query.problem else 200,
+            visit=visit,
+            root=ROOT,
+            namespace=namespace,
+            source=source,
+            problem=query.problem,
+            outcomes=inbound_resources.OUTCOMES,
+            outcome=query.value or "",
+            deliveries=rows,
+            has_next=more,
+            next_url=_deliveries_url(
+                namespace, source, outcome=query.value, after=rows[-1]["delivery_id"] if more else None
+            ),
         )
 
 
@@ -774,6 +858,8 @@ def routes(database, config) -> list[tuple[str, object]]:
         (f"{ROOT}/style.css", Stylesheet()),
         (f"{ns}/workflows", WorkflowList(database, limit)),
         (f"{ns}/signals", FactList(database, limit)),  # GET {N}/signals, as a page
+        (f"{ns}/inbound", SourceList(database, limit)),
+        (f"{ns}/inbound/{{source}}/deliveries", DeliveryList(database, limit)),  # GET {N}/inbound/…, as a page
         (f"{ns}/workflows/{{workflow_id}}", WorkflowPage(database, limit)),
         *[
             (f"{ns}/workflows/{{workflow_id}}/{action}", WorkflowControl(database, limit, action))
