@@ -243,6 +243,27 @@ def _route_call(w: World) -> Call:
     return Call({}, body, headers={"Idempotency-Key": w.unique("key")}, ok=201)
 
 
+def _batch_call(single: Callable[[World], Call]) -> Callable[[World], Call]:
+    """A batch (B8) of the one item `single` sends alone: its item's result is the batch's verdict
+    (`verdict`), so every check of a single send applies to the item."""
+
+    def make(w: World) -> Call:
+        call = single(w)
+        item = {**call.body, "idempotency_key": call.headers["Idempotency-Key"]}
+        if "workflow_id" in call.params:
+            item["workflow_id"] = call.params["workflow_id"]
+        return Call({}, {"signals": [item]}, workflow_id=call.params.get("workflow_id"))
+
+    return make
+
+
+def verdict(op, result):
+    """The status that decides a call: a batch's one item's, any other call's own."""
+    if op[1].endswith("/signal-batches") and result.status_code == 200:
+        return result.json["results"][0]["status"]
+    return result.status_code
+
+
 def _complete_call(outcome: str) -> Callable[[World], Call]:
     def make(w: World) -> Call:
         task = w.running_task()
@@ -346,6 +367,7 @@ CALLS: dict[tuple[str, str], list[Callable[[World], Call]]] = {
     ],
     ("POST", f"{N}/workflows/{{workflow_id}}/signals"): [_signal_call],
     ("POST", f"{N}/signals"): [_route_call],
+    ("POST", f"{N}/signal-batches"): [_batch_call(_signal_call), _batch_call(_route_call)],
     ("GET", f"{N}/workflows/{{workflow_id}}/signals"): [_signal_list_call],
     ("GET", f"{N}/workflows/{{workflow_id}}/signals/{{signal_id}}"): [_signal_read_call],
     ("GET", f"{N}/signals"): [_fact_list_call],
@@ -825,6 +847,12 @@ def read_back(w: World, op, call: Call, result) -> set[str]:
         get(f"/definitions/{quote(result.json['name'], safe='')}/versions/{result.json['version']}")
     elif template.endswith("/workflows") and method == "POST":
         workflow_id = result.json["workflow_id"]
+    elif template.endswith("/signal-batches"):
+        item, (answer,) = call.body["signals"][0], result.json["results"]
+        if "workflow_id" in item:
+            get(f"/workflows/{quote(item['workflow_id'], safe='')}/signals/{answer['body']['signal_id']}")
+        else:
+            get(f"/signals/{answer['body']['signal_id']}")
     elif template.endswith("/signals") and method == "POST" and "workflow_id" not in call.params:
         get(f"/signals/{result.json['signal_id']}")  # a parked fact: its namespace-level read (B6)
     elif template.endswith("/signals") and method == "POST":
@@ -894,7 +922,7 @@ def test_hostile_text_in_every_string_is_stored_verbatim_or_refused_with_4xx_nev
         for where, pointer, is_name in targets(op, call):
             for text in HOSTILE + longest(op, where, pointer, is_name):
                 result = send(world, op, hostile(call, where, pointer, is_name, text), None, "hostile text")
-                if result.status_code < 300:
+                if verdict(op, result) < 300:
                     verdicts["stored"] += 1
                     if where != "query" and OPERATIONS[op].scopes and op[0] == "POST":
                         # HTTP takes the spaces around a header value for framing, not for the value.
