@@ -40,6 +40,7 @@ BODIES = {
     "cancel": {"reason": "r"},
     "review": {"action": "cancel", "reason": "r"},
     "signals": payment(),
+    "signal-batches": {"signals": [{**payment(), "workflow_id": "w1", "idempotency_key": "k1"}]},
     "claim": {"worker_id": "w", "lease_seconds": 30},
     "heartbeat": {"lease_token": "t"},
     "complete": {"lease_token": "t", "outcome": "CANCELLED"},
