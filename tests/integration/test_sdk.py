@@ -12,7 +12,7 @@ import threading
 from decimal import Decimal
 
 import pytest
-from helpers import Flow, payment, sdk_client, signal_flow_definition, task_steps
+from helpers import Flow, payment, read_message, sdk_client, signal_flow_definition, task_steps
 
 import weave.sdk
 from weave import errors as server_errors
@@ -390,28 +390,6 @@ def test_a_server_that_does_not_answer_is_a_connection_failure():
 # ---- safe retries ---------------------------------------------------------------------------------
 
 
-def read_request(conn: socket.socket) -> bytes:
-    """One whole HTTP/1.1 request or response (headers, then Content-Length bytes)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return head + b"\r\n\r\n" + body
-
-
 def busy_answer() -> bytes:
     body = b'{"type":"urn:weave:problem:UNAVAILABLE","status":503,"code":"UNAVAILABLE","detail":"busy"}'
     head = (
@@ -447,13 +425,13 @@ class Proxy:
 
     def _serve(self, conn: socket.socket, behaviour: str) -> None:
         with conn:
-            request = read_request(conn)
+            request = read_message(conn)
             if behaviour == "busy":
                 conn.sendall(busy_answer())
                 return
             with socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
                 upstream.sendall(request)
-                answer = read_request(upstream)
+                answer = read_message(upstream)
             if behaviour == "drop":
                 self.dropped.append(answer)
                 return

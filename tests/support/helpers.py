@@ -117,6 +117,29 @@ def serving(server):
         thread.join(10)
 
 
+def read_message(conn: socket.socket) -> bytes:
+    """One whole HTTP/1.1 request or response off a raw socket (headers, then Content-Length bytes);
+    what arrived before the peer closed, b"" when nothing did."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
 @dataclass
 class Answer:
     status: int
