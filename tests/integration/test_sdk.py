@@ -12,7 +12,7 @@ import threading
 from decimal import Decimal
 
 import pytest
-from helpers import Flow, payment, read_message, sdk_client, signal_flow_definition, task_steps
+from helpers import Flow, HttpFront, payment, read_message, sdk_client, signal_flow_definition, task_steps
 
 import weave.sdk
 from weave import errors as server_errors
@@ -399,31 +399,20 @@ def busy_answer() -> bytes:
     return head.encode() + body
 
 
-class Proxy:
+class Proxy(HttpFront):
     """A TCP proxy in front of the server that misbehaves on chosen connections, in order:
     "drop" forwards the request, waits for the server's whole answer (so the server has committed)
-    and closes the client's connection without it; "busy" answers 503 itself; then it forwards."""
+    and closes the client's connection without it; "busy" answers 503 itself; then it forwards.
+    One request per connection."""
 
     def __init__(self, upstream_port: int, plan: list[str]):
-        self.upstream_port = upstream_port
-        self.plan = list(plan)
         self.seen: list[str] = []
         self.dropped: list[bytes] = []
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(upstream_port, plan)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            behaviour = self.plan.pop(0) if self.plan else "forward"
-            self.seen.append(behaviour)
-            threading.Thread(target=self._serve, args=(conn, behaviour), daemon=True).start()
-
-    def _serve(self, conn: socket.socket, behaviour: str) -> None:
+    def serve_connection(self, conn: socket.socket, number: int) -> None:
+        behaviour = self.next_behaviour()
+        self.seen.append(behaviour)
         with conn:
             request = read_message(conn)
             if behaviour == "busy":
@@ -436,9 +425,6 @@ class Proxy:
                 self.dropped.append(answer)
                 return
             conn.sendall(answer)
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 @pytest.fixture

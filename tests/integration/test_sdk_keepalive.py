@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from helpers import payment, read_message, sdk_client, serving, signal_flow_definition, wait_until
+from helpers import HttpFront, payment, read_message, sdk_client, serving, signal_flow_definition, wait_until
 
 from weave import http as server_http
 from weave.app import create_app
@@ -225,7 +225,7 @@ def test_a_call_made_while_the_server_is_down_waits_for_it(serve, tenant):
     assert len(slept) == 1 and len(served.recorder.ports()) == 2
 
 
-class Relay:
+class Relay(HttpFront):
     """A keep-alive TCP relay in front of the server: each client connection gets one upstream
     connection, request after request. `plan` says what to do with each request in arrival order
     (then "forward"): "lose" closes the client's connection without forwarding it (a server that
@@ -235,29 +235,15 @@ class Relay:
     does, but reads on: a request written after that is noted as "unserved" and dropped."""
 
     def __init__(self, upstream_port: int, plan: list[str]):
-        self.upstream_port = upstream_port
-        self.plan = list(plan)
         self.handled: list[tuple[int, str]] = []  # (connection number, what was done)
-        self.connections = 0
         self.fin_sent = threading.Event()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(upstream_port, plan)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn, self.connections), daemon=True).start()
-
-    def _serve(self, conn: socket.socket, number: int) -> None:
+    def serve_connection(self, conn: socket.socket, number: int) -> None:
         with conn, socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
             finished = False
             while request := read_message(conn):
-                behaviour = "unserved" if finished else self.plan.pop(0) if self.plan else "forward"
+                behaviour = "unserved" if finished else self.next_behaviour()
                 self.handled.append((number, behaviour))
                 if behaviour in ("lose", "unserved"):
                     return
@@ -270,9 +256,6 @@ class Relay:
                     conn.shutdown(socket.SHUT_WR)  # on loopback the FIN is in the client's queue at once
                     finished = True
                     self.fin_sent.set()
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 @pytest.fixture
