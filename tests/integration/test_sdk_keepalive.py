@@ -98,6 +98,20 @@ def serve(config, database):
         served.stop()
 
 
+@pytest.fixture
+def sdk_of(tenant):
+    """`sdk_of(url)`: a Client of a new credential on `url`, closed at the end."""
+    made: list[Client] = []
+
+    def make(url: str) -> Client:
+        made.append(sdk_client(url, tenant))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
+
+
 def started(client: Client, workflow_id: str = "order-1") -> None:
     client.publish_definition(signal_flow_definition())
     client.start_workflow("flow", 1, {"order_id": "o-1"}, 3600, workflow_id=workflow_id)
@@ -112,9 +126,9 @@ def no_sleep(client: Client) -> list[float]:
 # ---- reuse --------------------------------------------------------------------------------------
 
 
-def test_the_calls_of_one_thread_share_one_connection(serve, tenant):
+def test_the_calls_of_one_thread_share_one_connection(serve, sdk_of):
     served = serve()
-    sdk = sdk_client(served.url, tenant)
+    sdk = sdk_of(served.url)
     started(sdk)
     receipts = [sdk.send_signal("order-1", **payment()) for _ in range(5)]
     assert sdk.get_workflow("order-1").workflow_id == "order-1"
@@ -127,9 +141,9 @@ def test_the_calls_of_one_thread_share_one_connection(serve, tenant):
     assert served.open_connections() == 1
 
 
-def test_each_thread_gets_a_connection_of_its_own_and_every_call_succeeds(serve, tenant):
+def test_each_thread_gets_a_connection_of_its_own_and_every_call_succeeds(serve, sdk_of):
     served = serve()
-    sdk = sdk_client(served.url, tenant)
+    sdk = sdk_of(served.url)
     started(sdk)
     threads, calls = 6, 15
     receipts: dict[int, list] = {i: [] for i in range(threads)}
@@ -167,9 +181,9 @@ def test_each_thread_gets_a_connection_of_its_own_and_every_call_succeeds(serve,
 # ---- re-opened ------------------------------------------------------------------------------------
 
 
-def test_a_connection_the_server_closed_as_idle_is_replaced_before_a_request_is_written(serve, tenant):
+def test_a_connection_the_server_closed_as_idle_is_replaced_before_a_request_is_written(serve, sdk_of):
     served = serve(idle_timeout_seconds=1)
-    sdk = sdk_client(served.url, tenant)
+    sdk = sdk_of(served.url)
     slept = no_sleep(sdk)
     started(sdk)
     wait_until(lambda: served.open_connections() == 0, timeout=10)  # waitress closed it as idle
@@ -185,10 +199,10 @@ def test_a_connection_the_server_closed_as_idle_is_replaced_before_a_request_is_
     assert len(served.recorder.ports()) == 2
 
 
-def test_a_connection_idle_longer_than_the_sdk_keeps_one_is_replaced(serve, tenant, monkeypatch):
+def test_a_connection_idle_longer_than_the_sdk_keeps_one_is_replaced(serve, sdk_of, monkeypatch):
     monkeypatch.setattr(sdk_client_module, "KEEP_IDLE_SECONDS", 0.2)
     served = serve()
-    sdk = sdk_client(served.url, tenant)
+    sdk = sdk_of(served.url)
     started(sdk)  # two calls at once: one connection
     assert len(served.recorder.ports()) == 1
     time.sleep(0.3)
@@ -197,9 +211,9 @@ def test_a_connection_idle_longer_than_the_sdk_keeps_one_is_replaced(serve, tena
     wait_until(lambda: served.open_connections() == 1)  # the SDK closed the old one
 
 
-def test_a_restarted_server_is_reached_on_a_new_connection(serve, tenant):
+def test_a_restarted_server_is_reached_on_a_new_connection(serve, sdk_of):
     served = serve()
-    sdk = sdk_client(served.url, tenant)
+    sdk = sdk_of(served.url)
     slept = no_sleep(sdk)
     started(sdk)
     served.stop()
@@ -209,9 +223,9 @@ def test_a_restarted_server_is_reached_on_a_new_connection(serve, tenant):
     assert slept == [] and len(served.recorder.seen) == 4 and len(served.recorder.ports()) == 2
 
 
-def test_a_call_made_while_the_server_is_down_waits_for_it(serve, tenant):
+def test_a_call_made_while_the_server_is_down_waits_for_it(serve, sdk_of):
     served = serve()
-    sdk = sdk_client(served.url, tenant)
+    sdk = sdk_of(served.url)
     started(sdk)
     served.stop()
     slept: list[float] = []
@@ -271,11 +285,11 @@ def relay(serve):
         r.close()
 
 
-def test_a_kept_connection_the_server_has_closed_is_not_written_to(serve, relay, tenant):
+def test_a_kept_connection_the_server_has_closed_is_not_written_to(serve, relay, sdk_of):
     served = serve()
-    started(sdk_client(served.url, tenant))
+    started(sdk_of(served.url))
     closing = relay(served, "fin")
-    sdk = sdk_client(closing.url, tenant)
+    sdk = sdk_of(closing.url)
     slept = no_sleep(sdk)
     assert sdk.get_workflow("order-1").status == "RUNNING"
     assert closing.fin_sent.wait(10)
@@ -284,11 +298,11 @@ def test_a_kept_connection_the_server_has_closed_is_not_written_to(serve, relay,
     assert closing.handled == [(1, "fin"), (2, "forward")] and slept == []
 
 
-def test_a_request_lost_on_a_kept_connection_is_sent_again_at_once_where_the_rules_repeat_it(serve, relay, tenant):
+def test_a_request_lost_on_a_kept_connection_is_sent_again_at_once_where_the_rules_repeat_it(serve, relay, sdk_of):
     served = serve()
-    started(sdk_client(served.url, tenant))
+    started(sdk_of(served.url))
     lossy = relay(served, "forward", "lose", "forward", "forward", "lose")
-    sdk = sdk_client(lossy.url, tenant)
+    sdk = sdk_of(lossy.url)
     slept = no_sleep(sdk)
     assert sdk.get_workflow("order-1").status == "RUNNING"
     receipt = sdk.send_signal("order-1", **payment())  # lost on the kept connection: sent on a new one
@@ -296,15 +310,15 @@ def test_a_request_lost_on_a_kept_connection_is_sent_again_at_once_where_the_rul
     assert sdk.get_signal("order-1", receipt.signal_id).signal_id == receipt.signal_id  # lost, then on a third
     assert lossy.handled == [(1, "forward"), (1, "lose"), (2, "forward"), (2, "forward"), (2, "lose"), (3, "forward")]
     assert slept == [] and not receipt.replayed  # at once; the server saw it once
-    assert len(list(sdk_client(served.url, tenant).list_signals("order-1"))) == 1
+    assert len(list(sdk_of(served.url).list_signals("order-1"))) == 1
 
 
-def test_a_request_lost_on_a_kept_connection_is_not_sent_again_where_the_rules_do_not_repeat_it(serve, relay, tenant):
+def test_a_request_lost_on_a_kept_connection_is_not_sent_again_where_the_rules_do_not_repeat_it(serve, relay, sdk_of):
     served = serve()
-    direct = sdk_client(served.url, tenant)
+    direct = sdk_of(served.url)
     started(direct)
     lossy = relay(served, "forward", "lose")
-    sdk = sdk_client(lossy.url, tenant)
+    sdk = sdk_of(lossy.url)
     slept = no_sleep(sdk)
     assert sdk.get_workflow("order-1").status == "RUNNING"
     with pytest.raises(ConnectionFailed) as failed:
@@ -316,11 +330,11 @@ def test_a_request_lost_on_a_kept_connection_is_not_sent_again_where_the_rules_d
     assert lossy.connections == 2
 
 
-def test_an_answer_with_connection_close_ends_the_connection(serve, relay, tenant):
+def test_an_answer_with_connection_close_ends_the_connection(serve, relay, sdk_of):
     served = serve()
-    started(sdk_client(served.url, tenant))
+    started(sdk_of(served.url))
     closing = relay(served, "forward", "close")
-    sdk = sdk_client(closing.url, tenant)
+    sdk = sdk_of(closing.url)
     for _ in range(4):
         assert sdk.get_workflow("order-1").status == "RUNNING"
     # The relay kept the first connection open after its "close" answer: only the SDK ended it.
@@ -330,9 +344,9 @@ def test_an_answer_with_connection_close_ends_the_connection(serve, relay, tenan
 # ---- X-Request-Id ---------------------------------------------------------------------------------
 
 
-def test_one_request_id_per_call_the_same_on_each_of_its_retries(serve, tenant):
+def test_one_request_id_per_call_the_same_on_each_of_its_retries(serve, sdk_of):
     served = serve()
-    sdk = sdk_client(served.url, tenant)
+    sdk = sdk_of(served.url)
     slept = no_sleep(sdk)
     started(sdk)
     served.recorder.busy = 2
@@ -351,9 +365,9 @@ def test_one_request_id_per_call_the_same_on_each_of_its_retries(serve, tenant):
     assert len(served.recorder.ports()) == 1  # 503 answers keep the connection
 
 
-def test_a_callers_own_request_id_is_sent_and_echoed(serve, tenant):
+def test_a_callers_own_request_id_is_sent_and_echoed(serve, sdk_of):
     served = serve()
-    sdk = sdk_client(served.url, tenant)
+    sdk = sdk_of(served.url)
     started(sdk)
     with request_id("delivery-42:a.b_c"):
         sdk.get_workflow("order-1")
@@ -375,9 +389,9 @@ def test_the_sdk_keeps_to_the_servers_rule_for_request_ids():
 # ---- close ----------------------------------------------------------------------------------------
 
 
-def test_close_closes_the_connections_of_every_thread(serve, tenant):
+def test_close_closes_the_connections_of_every_thread(serve, sdk_of):
     served = serve()
-    sdk = sdk_client(served.url, tenant)
+    sdk = sdk_of(served.url)
     started(sdk)
     parked = threading.Event()
     other = threading.Thread(target=lambda: (sdk.get_workflow("order-1"), parked.wait(10)))
@@ -391,9 +405,9 @@ def test_close_closes_the_connections_of_every_thread(serve, tenant):
     assert len(served.recorder.ports()) == 3
 
 
-def test_a_thread_that_ended_leaves_no_connection_open(serve, tenant):
+def test_a_thread_that_ended_leaves_no_connection_open(serve, sdk_of):
     served = serve()
-    sdk = sdk_client(served.url, tenant)
+    sdk = sdk_of(served.url)
     for _ in range(3):
         thread = threading.Thread(target=lambda: list(sdk.list_definitions()))
         thread.start()
@@ -409,3 +423,12 @@ def test_a_client_used_as_a_context_manager_closes_its_connections(serve, tenant
         started(sdk)
         assert served.open_connections() == 1
     wait_until(lambda: served.open_connections() == 0)
+
+
+def test_a_client_dropped_without_close_leaves_no_connection_open(serve, tenant):
+    served = serve()
+    sdk = sdk_client(served.url, tenant)
+    started(sdk)
+    assert served.open_connections() == 1
+    del sdk  # nothing refers to it now: freed at once, its socket closed with it
+    wait_until(lambda: served.open_connections() == 0, timeout=5)

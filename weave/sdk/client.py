@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import http.client
 import platform
 import random
@@ -168,7 +169,7 @@ class _Connections:
       raises ConnectionFailed as it would on a new connection: the SDK does not know whether it acted.
     Go's net/http transport and RFC 9110 section 9.2.2 draw the same line."""
 
-    def __init__(self, open_connection: Callable[[float], http.client.HTTPConnection]):
+    def __init__(self, open_connection: Callable[..., http.client.HTTPConnection]):
         self._open_connection = open_connection
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -183,7 +184,7 @@ class _Connections:
                 sock.settimeout(timeout)
                 return kept
             self.discard(kept)
-        connection = self._open_connection(timeout)
+        connection = self._open_connection(timeout=timeout)
         try:
             connection.connect()
         except OSError as exc:
@@ -240,18 +241,22 @@ class Client:
         self.namespace = namespace
         self.timeout = timeout
         self.retries = retries
-        self._scheme = parts.scheme
         self._host = parts.hostname
         self._port = parts.port
         self._prefix = parts.path.rstrip("/")
         self._token = token
-        self._ssl_context = ssl_context
         self._headers = {
             "Authorization": f"Bearer {token}",
             "Accept": "application/json, application/problem+json",
             "User-Agent": USER_AGENT,
         }
-        self._connections = _Connections(self._new_connection)
+        # A factory that holds nothing of the Client: a Client dropped without close() is freed at
+        # once, with its connections, instead of waiting in a reference cycle for the collector.
+        if parts.scheme == "https":
+            opener = functools.partial(http.client.HTTPSConnection, self._host, self._port, context=ssl_context)
+        else:
+            opener = functools.partial(http.client.HTTPConnection, self._host, self._port)
+        self._connections = _Connections(opener)
         self._sleep = time.sleep  # a seam for tests
 
     def __repr__(self) -> str:
@@ -638,11 +643,6 @@ class Client:
         )
         failure.__cause__ = cause
         return failure
-
-    def _new_connection(self, timeout: float) -> http.client.HTTPConnection:
-        if self._scheme == "https":
-            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._ssl_context)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def _once(self, method: str, path: str, data: bytes | None, headers: dict[str, str], timeout: float) -> Answer:
         """One attempt on this thread's kept connection. The answer is read whole, so that the
