@@ -8,7 +8,9 @@ Retries (bounded: at most `retries` more attempts, with jittered exponential bac
 server's `Retry-After` when it sends one) happen only where repeating a request cannot do
 something twice:
 
-- a connection that could not be opened: nothing was sent, so every call is retried;
+- a connection that could not be opened, or a request that could not be written whole: the
+  server cannot have acted on it (it waits for all of a body's Content-Length), so every call is
+  retried;
 - after a connection error (reset, timeout, closed before the answer) or a 503, only calls whose
   repetition is harmless: reads (GET), `send_signal` (one `Idempotency-Key` per call, sent again
   unchanged: the server answers a repeat with the first receipt), `start_workflow` (the
