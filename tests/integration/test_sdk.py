@@ -12,7 +12,7 @@ import threading
 from decimal import Decimal
 
 import pytest
-from helpers import Flow, payment, sdk_client, signal_flow_definition, task_steps
+from helpers import Flow, HttpFront, payment, read_message, sdk_client, signal_flow_definition, task_steps
 
 import weave.sdk
 from weave import errors as server_errors
@@ -390,28 +390,6 @@ def test_a_server_that_does_not_answer_is_a_connection_failure():
 # ---- safe retries ---------------------------------------------------------------------------------
 
 
-def read_request(conn: socket.socket) -> bytes:
-    """One whole HTTP/1.1 request or response (headers, then Content-Length bytes)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return head + b"\r\n\r\n" + body
-
-
 def busy_answer() -> bytes:
     body = b'{"type":"urn:weave:problem:UNAVAILABLE","status":503,"code":"UNAVAILABLE","detail":"busy"}'
     head = (
@@ -421,46 +399,32 @@ def busy_answer() -> bytes:
     return head.encode() + body
 
 
-class Proxy:
+class Proxy(HttpFront):
     """A TCP proxy in front of the server that misbehaves on chosen connections, in order:
     "drop" forwards the request, waits for the server's whole answer (so the server has committed)
-    and closes the client's connection without it; "busy" answers 503 itself; then it forwards."""
+    and closes the client's connection without it; "busy" answers 503 itself; then it forwards.
+    One request per connection."""
 
     def __init__(self, upstream_port: int, plan: list[str]):
-        self.upstream_port = upstream_port
-        self.plan = list(plan)
         self.seen: list[str] = []
         self.dropped: list[bytes] = []
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(upstream_port, plan)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            behaviour = self.plan.pop(0) if self.plan else "forward"
-            self.seen.append(behaviour)
-            threading.Thread(target=self._serve, args=(conn, behaviour), daemon=True).start()
-
-    def _serve(self, conn: socket.socket, behaviour: str) -> None:
+    def serve_connection(self, conn: socket.socket, number: int) -> None:
+        behaviour = self.next_behaviour()
+        self.seen.append(behaviour)
         with conn:
-            request = read_request(conn)
+            request = read_message(conn)
             if behaviour == "busy":
                 conn.sendall(busy_answer())
                 return
             with socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
                 upstream.sendall(request)
-                answer = read_request(upstream)
+                answer = read_message(upstream)
             if behaviour == "drop":
                 self.dropped.append(answer)
                 return
             conn.sendall(answer)
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 @pytest.fixture

@@ -117,6 +117,62 @@ def serving(server):
         thread.join(10)
 
 
+def read_message(conn: socket.socket) -> bytes:
+    """One whole HTTP/1.1 request or response off a raw socket (headers, then Content-Length bytes);
+    what arrived before the peer closed, b"" when nothing did."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+class HttpFront:
+    """A TCP listener on 127.0.0.1 (`url`) in front of an HTTP server on `upstream_port`, for tests
+    that make the way to the server misbehave: each connection it accepts is served in a thread of
+    its own by `serve_connection` (a subclass's), which takes what to do from `plan`, in order
+    (`next_behaviour`; "forward" once the plan is used up)."""
+
+    def __init__(self, upstream_port: int, plan: list[str]):
+        self.upstream_port = upstream_port
+        self.plan = list(plan)
+        self.connections = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def next_behaviour(self) -> str:
+        return self.plan.pop(0) if self.plan else "forward"
+
+    def serve_connection(self, conn: socket.socket, number: int) -> None:
+        raise NotImplementedError
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self.serve_connection, args=(conn, self.connections), daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
 @dataclass
 class Answer:
     status: int

@@ -15,7 +15,7 @@ server module and no third-party package (a test proves it).
 See docs/sdk.md for the whole surface, the retry rules and a complete worker.
 """
 
-from weave.sdk.client import Client
+from weave.sdk.client import Client, request_id
 from weave.sdk.errors import (
     ActivationNotFound,
     BadRequest,
@@ -118,4 +118,5 @@ __all__ = [
     "final",
     "loads",
     "pending",
+    "request_id",
 ]

@@ -8,7 +8,9 @@ Retries (bounded: at most `retries` more attempts, with jittered exponential bac
 server's `Retry-After` when it sends one) happen only where repeating a request cannot do
 something twice:
 
-- a connection that could not be opened: nothing was sent, so every call is retried;
+- a connection that could not be opened, or a request that could not be written whole: the
+  server cannot have acted on it (it waits for all of a body's Content-Length), so every call is
+  retried;
 - after a connection error (reset, timeout, closed before the answer) or a 503, only calls whose
   repetition is harmless: reads (GET), `send_signal` (one `Idempotency-Key` per call, sent again
   unchanged: the server answers a repeat with the first receipt), `send_signals` (likewise, one
@@ -22,19 +24,38 @@ version), `pause`/`resume`/`cancel`/`review` (a repeat answers `INVALID_STATE`),
 answer would hold a second task until its lease expires) and `complete` (the lease token lets at
 most one report in, but a repeat of one that landed answers `LEASE_LOST`: `Worker` repeats it
 knowing that).
+
+Connections are kept alive (issue 31): each thread that calls a Client gets one connection of its
+own, opened at its first call and reused by its next ones, so that a call costs no TCP (or TLS)
+handshake and no new server channel. A kept connection is given up and a new one opened when it
+cannot carry a request: the server closed it (it closes idle ones after its idle timeout, and all
+of them when it stops), it has been idle KEEP_IDLE_SECONDS, it failed, or an answer said
+`Connection: close`. Re-opening never repeats a request the rules above would not: see
+`_Connections` and docs/decisions.md "Kept-alive connections in the SDK".
+
+Every call sends an `X-Request-Id`, the same on each of its retries, so that the server's log
+lines of all its attempts carry one id; an error raised by a call holds it (`request_id`). A
+caller with an id of its own (a webhook's delivery id) sends it with `request_id(...)`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import http.client
 import platform
 import random
+import re
 import secrets
+import select
+import socket
 import ssl
+import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 from weave.sdk import errors, models
@@ -49,6 +70,16 @@ BACKOFF_MAX_SECONDS = 10.0
 RETRY_AFTER_MAX_SECONDS = 120.0
 PAGE_SIZE = 100
 RETRIED_STATUSES = frozenset({503})
+# A kept connection idle longer than this is closed rather than reused. The server closes its idle
+# connections after its idle timeout (Weave's default is 10 s, looked for every second): a request
+# written just as the server closes its connection is lost unanswered, and a call that is not
+# retried could not tell that from a server that acted and died. Half the default keeps clear of
+# that moment; a server set shorter is caught by the check before each reuse (`_Connections.take`).
+KEEP_IDLE_SECONDS = 5.0
+# What the server keeps of a client's X-Request-Id (`weave.http.RequestId.USABLE`; a test compares
+# the two): anything else it replaces with an id of its own.
+REQUEST_ID_RULE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("weave_sdk_request_id", default=None)
 
 T = TypeVar("T")
 
@@ -81,16 +112,133 @@ def _item_result(result: dict, receipt_type: type) -> models.Receipt | errors.We
     return receipt
 
 
+@contextlib.contextmanager
+def request_id(value: str) -> Iterator[str]:
+    """Send `value` as the X-Request-Id of every call made in this block (in this thread, or this
+    asyncio task), instead of a new random id per call: a relay passes on the id of the delivery
+    it is handling, and finds it in Weave's log lines. 1-128 of A-Z a-z 0-9 . _ : - (what the
+    server keeps); anything else raises ValueError."""
+    if not isinstance(value, str) or not REQUEST_ID_RULE.fullmatch(value):
+        raise ValueError(f"a request id is 1-128 of A-Z a-z 0-9 . _ : -, not {value!r}")
+    token = _REQUEST_ID.set(value)
+    try:
+        yield value
+    finally:
+        _REQUEST_ID.reset(token)
+
+
 class _NotSent(Exception):
-    """The connection could not be opened: the request never left."""
+    """The request never reached the server whole, so the server cannot have acted on it: the
+    connection could not be opened, or writing the request failed (a body cut short is never
+    served: the server waits for all of its Content-Length). `stale`: it was a kept connection."""
+
+    def __init__(self, stale: bool):
+        super().__init__()
+        self.stale = stale
+
+
+class _Dropped(Exception):
+    """A kept connection ended (closed or reset) after the request was written and before an
+    answer arrived: most likely the server had just closed it as idle, but a server that acted and
+    then died looks the same."""
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether a kept connection has something to read between two calls: the server closed it
+    (end of stream or a reset) or sent what nothing asked for. Either way it cannot carry a
+    request. poll() where there is one (select() refuses descriptors above 1023)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+class _Kept:
+    """A thread's kept connection."""
+
+    __slots__ = ("http", "thread", "used_at", "answered")
+
+    def __init__(self, connection: http.client.HTTPConnection):
+        self.http = connection
+        self.thread = threading.current_thread()
+        self.used_at = time.monotonic()
+        self.answered = False  # it has carried an answer: the next request on it is on a reused connection
+
+
+class _Connections:
+    """One kept connection per thread (`threading.local`: a thread finds its own without a lock,
+    and two threads never share one). Every one is also in `_all`, so that `close()` reaches the
+    connections of every thread, and the connection of a thread that has ended is closed when the
+    next one is opened instead of staying open until the server's idle timeout.
+
+    Re-opening and retries. A kept connection is checked before it is reused: one idle longer than
+    KEEP_IDLE_SECONDS, or one with something to read (the server closed it), is closed and a new
+    one opened; nothing was written to it, so this is no retry. What remains is the moment between
+    that check and the server reading the request: a server that closes its connection then
+    (waitress closing an idle channel) never serves the request, but the SDK cannot tell that from
+    a server that served it and died before answering. So, after a kept connection failed:
+    - writing the request failed: nothing whole reached the server; every call is sent again, once
+      at once on a new connection (then as after a connection that could not be opened);
+    - the connection ended before the answer (`_Dropped`): a call the rules repeat anyway (reads,
+      signals with their key, starts with their id, heartbeats) is sent again at once, once, on a
+      new connection, without backoff and without counting against `retries`; any other call
+      raises ConnectionFailed as it would on a new connection: the SDK does not know whether it acted.
+    Go's net/http transport and RFC 9110 section 9.2.2 draw the same line."""
+
+    def __init__(self, open_connection: Callable[..., http.client.HTTPConnection]):
+        self._open_connection = open_connection
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: set[_Kept] = set()
+
+    def take(self, timeout: float) -> _Kept:
+        """This thread's connection, ready for a request with this timeout; a new one if need be."""
+        kept: _Kept | None = getattr(self._local, "kept", None)
+        if kept is not None:
+            sock = kept.http.sock
+            if sock is not None and time.monotonic() - kept.used_at <= KEEP_IDLE_SECONDS and not _readable(sock):
+                sock.settimeout(timeout)
+                return kept
+            self.discard(kept)
+        connection = self._open_connection(timeout=timeout)
+        try:
+            connection.connect()
+        except OSError as exc:
+            connection.close()
+            raise _NotSent(stale=False) from exc
+        kept = _Kept(connection)
+        with self._lock:
+            ended = {k for k in self._all if not k.thread.is_alive()}
+            self._all -= ended
+            self._all.add(kept)
+        for other in ended:
+            other.http.close()
+        self._local.kept = kept
+        return kept
+
+    def discard(self, kept: _Kept) -> None:
+        with self._lock:
+            self._all.discard(kept)
+        if getattr(self._local, "kept", None) is kept:
+            self._local.kept = None
+        kept.http.close()
+
+    def close(self) -> None:
+        """Close every thread's connection (a call made afterwards opens a new one)."""
+        with self._lock:
+            kept, self._all = self._all, set()
+        for one in kept:
+            one.http.close()
 
 
 class Client:
     """A Weave API client for one namespace, authenticated with one bearer token.
 
     `Client("http://127.0.0.1:8080", token, "demo")`; `base_url` may carry a path prefix
-    (`https://gateway.example/weave`). Safe to share between threads: each call opens its own
-    connection.
+    (`https://gateway.example/weave`). Safe to share between threads: each thread calls over a
+    kept-alive connection of its own. `close()` (or leaving `with Client(...) as client:`) closes
+    them all; a call made afterwards opens a new one.
     """
 
     def __init__(
@@ -110,16 +258,37 @@ class Client:
         self.namespace = namespace
         self.timeout = timeout
         self.retries = retries
-        self._scheme = parts.scheme
         self._host = parts.hostname
         self._port = parts.port
         self._prefix = parts.path.rstrip("/")
         self._token = token
-        self._ssl_context = ssl_context
+        self._headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json, application/problem+json",
+            "User-Agent": USER_AGENT,
+        }
+        # A factory that holds nothing of the Client: a Client dropped without close() is freed at
+        # once, with its connections, instead of waiting in a reference cycle for the collector.
+        if parts.scheme == "https":
+            opener = functools.partial(http.client.HTTPSConnection, self._host, self._port, context=ssl_context)
+        else:
+            opener = functools.partial(http.client.HTTPConnection, self._host, self._port)
+        self._connections = _Connections(opener)
         self._sleep = time.sleep  # a seam for tests
 
     def __repr__(self) -> str:
         return f"Client({self.base_url!r}, namespace={self.namespace!r})"  # never the token
+
+    def close(self) -> None:
+        """Close the kept-alive connections of every thread. Call it when no call is running: a
+        call in flight on a closed connection fails (and is retried as its rules allow)."""
+        self._connections.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ---- definitions ----------------------------------------------------------------------------
 
@@ -458,29 +627,42 @@ class Client:
         retry_quota: bool = False,
         timeout: float | None = None,
     ) -> Answer:
-        """One API call: send, read, and retry as the call allows (see the module docstring)."""
+        """One API call: send, read, and retry as the call allows (see the module docstring), every
+        attempt with the call's one X-Request-Id."""
         data = None if body is ABSENT else dumps(body).encode("utf-8")
+        call_id = _REQUEST_ID.get() or secrets.token_hex(16)
+        request_headers = {**self._headers, "X-Request-Id": call_id, **(headers or {})}
+        if data is not None:
+            request_headers["Content-Type"] = "application/json"
         attempt = 0
+        renewed = False  # the one immediate attempt on a new connection after a kept one failed
         while True:
             try:
-                answer = self._once(method, path, data, headers or {}, timeout or self.timeout)
+                answer = self._once(method, path, data, request_headers, timeout or self.timeout)
             except _NotSent as exc:
+                if exc.stale and not renewed:
+                    renewed = True
+                    continue
                 failure: errors.WeaveError = errors.ConnectionFailed(
-                    "CONNECTION_FAILED", None, f"cannot connect to {self.base_url}: {exc.__cause__}"
+                    "CONNECTION_FAILED", None, f"{method} {path}: not sent to {self.base_url}: {exc.__cause__}"
                 )
                 failure.__cause__ = exc.__cause__
                 retryable = True
+            except _Dropped as exc:
+                if retry and not renewed:
+                    renewed = True
+                    continue
+                failure = self._no_answer(method, path, exc.__cause__)
+                retryable = retry
             except (OSError, http.client.HTTPException) as exc:
-                failure = errors.ConnectionFailed(
-                    "CONNECTION_FAILED", None, f"{method} {path}: no answer read: {type(exc).__name__}: {exc}"
-                )
-                failure.__cause__ = exc
+                failure = self._no_answer(method, path, exc)
                 retryable = retry
             else:
                 if answer.status < 400:
                     return answer
                 failure = errors.from_answer(answer.status, answer.headers.get("Retry-After"), answer.body)
                 retryable = (retry and answer.status in RETRIED_STATUSES) or (retry_quota and answer.status == 429)
+            failure.request_id = call_id
             if not retryable or attempt >= self.retries:
                 raise failure
             if failure.retry_after is not None:
@@ -493,31 +675,39 @@ class Client:
             self._sleep(delay)
             attempt += 1
 
-    def _once(self, method: str, path: str, data: bytes | None, extra: dict[str, str], timeout: float) -> Answer:
-        if self._scheme == "https":
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                self._host, self._port, timeout=timeout, context=self._ssl_context
-            )
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+    @staticmethod
+    def _no_answer(method: str, path: str, cause: BaseException | None) -> errors.WeaveError:
+        failure = errors.ConnectionFailed(
+            "CONNECTION_FAILED", None, f"{method} {path}: no answer read: {type(cause).__name__}: {cause}"
+        )
+        failure.__cause__ = cause
+        return failure
+
+    def _once(self, method: str, path: str, data: bytes | None, headers: dict[str, str], timeout: float) -> Answer:
+        """One attempt on this thread's kept connection. The answer is read whole, so that the
+        connection can carry the next request; it is given up after any failure (its state is
+        unknown) and after an answer that says `Connection: close` (or an HTTP/1.0 one)."""
+        kept = self._connections.take(timeout)
         try:
             try:
-                conn.connect()
+                kept.http.request(method, self._prefix + path, body=data, headers=headers)
             except OSError as exc:
-                raise _NotSent() from exc
-            headers = {
-                "Authorization": f"Bearer {self._token}",
-                "Accept": "application/json, application/problem+json",
-                "User-Agent": USER_AGENT,
-                **extra,
-            }
-            if data is not None:
-                headers["Content-Type"] = "application/json"
-            conn.request(method, self._prefix + path, body=data, headers=headers)
-            response = conn.getresponse()
+                raise _NotSent(stale=kept.answered) from exc
+            try:
+                response = kept.http.getresponse()
+            except ConnectionError as exc:  # reset, broken pipe, or closed before a status line (RemoteDisconnected)
+                if kept.answered:
+                    raise _Dropped() from exc
+                raise
             raw = response.read()
-        finally:
-            conn.close()
+        except BaseException:
+            self._connections.discard(kept)
+            raise
+        if response.will_close:
+            self._connections.discard(kept)
+        else:
+            kept.used_at = time.monotonic()
+            kept.answered = True
         try:
             body = loads(raw) if raw else None
         except ValueError:  # JSONDecodeError and UnicodeDecodeError

@@ -19,9 +19,12 @@ from typing import Any
 
 
 class WeaveError(Exception):
-    """An error answer of the API (or no answer: see `ConnectionFailed`)."""
+    """An error answer of the API (or no answer: see `ConnectionFailed`). `request_id` is the
+    X-Request-Id the call sent on each of its attempts (the server's log lines of the call carry
+    it); None on an error not raised by a `Client` call."""
 
     code: str = "ERROR"
+    request_id: str | None = None
 
     def __init__(
         self,
