@@ -52,6 +52,11 @@ class Unauthenticated(WeaveError):
     """401: the token is missing, unknown, revoked or expired."""
 
 
+class SignatureInvalid(Unauthenticated):
+    """401 on an inbound webhook route (W2): the signature, the timestamp or the source did not
+    verify (one answer for all three). A relay that forwards a provider's deliveries sees it."""
+
+
 class Forbidden(WeaveError):
     """403: the credential lacks a scope or a queue grant, or its application is disabled."""
 
@@ -164,6 +169,7 @@ class InvalidResponse(WeaveError):
 
 _CLASSES: dict[str, type[WeaveError]] = {
     "UNAUTHENTICATED": Unauthenticated,
+    "SIGNATURE_INVALID": SignatureInvalid,
     "FORBIDDEN": Forbidden,
     "WORKFLOW_NOT_FOUND": WorkflowNotFound,
     "SIGNAL_NOT_FOUND": SignalNotFound,
