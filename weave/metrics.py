@@ -162,6 +162,11 @@ SCANNER_FAILURES = Counter(
     "Candidates whose transaction failed, by source (lease: lease expiry; batch: listing)",
     ["source"],
 )
+SCANNER_SKIPPED = Counter(
+    "weave_scanner_skipped_total",
+    "Claims that found their candidate taken by another scanner, or no longer due, by source (wasted claims)",
+    ["source"],
+)
 SCANNER_BACKOFFS = Counter(
     "weave_scanner_backoffs_total",
     "Failed candidates backed off (attempts + 1, a later available_at), by source",
