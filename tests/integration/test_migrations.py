@@ -44,6 +44,7 @@ SHIPPED = [
     "0016.deadline_checkpoints",
     "0017.routing",
     "0018.unrouted_facts",
+    "0020.scanner_processes",
 ]
 
 
