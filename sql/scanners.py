@@ -15,7 +15,7 @@ from weave.tx import Tx
 FORGET_DEAD = "DELETE FROM scanner_processes WHERE heartbeat_at < %s"
 JOIN = "INSERT INTO scanner_processes (host, pid, started_at, heartbeat_at) VALUES (%s, %s, %s, %s)"
 HEARTBEAT = "UPDATE scanner_processes SET heartbeat_at = %s WHERE id = %s"
-LIVE_MEMBERS = "SELECT id FROM scanner_processes WHERE heartbeat_at >= %s"
+LIVE_MEMBERS = "SELECT id, heartbeat_at FROM scanner_processes WHERE heartbeat_at >= %s"
 LEAVE = "DELETE FROM scanner_processes WHERE id = %s"
 
 

@@ -7,10 +7,10 @@ locks); the merged list, oldest due first, is cut to `batch_size`; each candidat
 its source's unit, which re-reads it under lock with `SKIP LOCKED`, so any number of scanner
 processes share the work without waiting on each other. A running scanner (`run`) is a member of
 `scanner_processes` and takes only its share of what it lists (`weave.rules.sharing`: the
-candidates whose instance hashes to its rank among the live members, and any candidate it has seen
-listed for a few seconds without its owner taking it), so that processes do not collide on the
-same oldest candidates, and nothing waits long for a member that died. Within a process, `threads` threads take
-the batch's candidates in that order: a unit mostly waits for its COMMIT to be made durable, and
+candidates whose instance hashes to its rank among the live members, those of a member silent for
+a few seconds whose backup it is, and any it has seen listed a little longer without anyone taking
+it), so that processes do not collide on the same oldest candidates, and nothing waits long for a
+member that died. Within a process, `threads` threads take the batch's candidates in that order: a unit mostly waits for its COMMIT to be made durable, and
 concurrent commits share one log flush (group commit), so one thread would spend its time waiting
 for the disk; the units are the same as with several processes, instance locks order them.
 
@@ -233,7 +233,7 @@ class Scanner:
         member_id = self.member_id
         limit = sharing.listing_limit(self.batch_size, self.membership.members)
 
-        def read(tx: Tx) -> tuple[datetime, list[int] | None, list[Candidate]]:
+        def read(tx: Tx) -> tuple[datetime, dict[int, datetime] | None, list[Candidate]]:
             now = tx.now()
             members = ()
             if member_id is not None:
@@ -242,13 +242,13 @@ class Scanner:
                     self.heartbeat_at = now
                 members = (scanners.listing_live(now - sharing.LIVE),)
             answers = tx.all_together(*members, *(source.listing(now, limit) for source in self.sources))
-            live = [row["id"] for row in answers.pop(0)] if members else None
+            live = {row["id"]: row["heartbeat_at"] for row in answers.pop(0)} if members else None
             listed = [Candidate.listed(source, row) for source, rows in zip(self.sources, answers) for row in rows]
             return now, live, listed
 
         now, live, merged = self.database.read(read)
         if member_id is not None:
-            self.membership = sharing.membership(member_id, live)
+            self.membership = sharing.membership(member_id, live, now)
             if member_id not in live:  # its row was deleted, long silent: join again, the others will count it
                 self.join()
         merged.sort(key=lambda c: (c.due_at, self.sources.index(c.source), c.id))

@@ -47,22 +47,27 @@ def assert_each_instance_advanced_once(flow, count: int) -> None:
 def run_together(flow, scanners: list[Scanner]) -> list[list[BatchReport]]:
     """Each scanner in its own thread, started together, running batches until nothing is due."""
     reports: list[list[BatchReport]] = [[] for _ in scanners]
+    errors: list[BaseException] = []
     start = threading.Barrier(len(scanners))
 
     def work(index: int) -> None:
         start.wait()
         deadline = time.monotonic() + 60
-        while due_checkpoints(flow) and time.monotonic() < deadline:
-            report = scanners[index].run_once()
-            reports[index].append(report)
-            if not report.candidates:
-                time.sleep(0.005)  # the rest is another member's share, in progress
+        try:
+            while due_checkpoints(flow) and time.monotonic() < deadline:
+                report = scanners[index].run_once()
+                reports[index].append(report)
+                if not report.candidates:
+                    time.sleep(0.005)  # the rest is another member's share, in progress
+        except BaseException as exc:
+            errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(scanners))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    assert errors == []
     return reports
 
 
@@ -102,7 +107,7 @@ def test_K1_without_the_partition_three_scanners_collide_on_the_same_oldest_cand
 ):
     """The same run with every member believing it is alone (as before issue 31): each lists the
     same oldest candidates, and most claims find another scanner's lock or its finished work."""
-    monkeypatch.setattr(sharing, "membership", lambda member_id, live_ids: sharing.ALONE)
+    monkeypatch.setattr(sharing, "membership", lambda *_: sharing.ALONE)
     start_backlog(flow, database, BACKLOG)
     reports = run_together(flow, three_members(database))
     done, skipped, claims = tally(reports)
@@ -123,10 +128,12 @@ def test_K1_a_member_that_stops_heartbeating_has_its_share_processed_by_the_othe
             pass
     left = due_checkpoints(flow)
     assert 50 <= left <= 150, left  # the silent member's share, about a third, still due
-    assert first.run_once().candidates == 0  # within the grace, nobody takes it
+    clock.advance(sharing.STALLED.total_seconds() - 0.5)
+    assert first.run_once().candidates == 0  # not stalled yet: nobody takes its share
 
-    clock.advance(sharing.GRACE.total_seconds())
+    clock.advance(sharing.STALLED.total_seconds())  # the two wrote a heartbeat since; the silent one did not
     reports = [first.run_once(), second.run_once()]
+    assert [r.members for r in reports] == [3, 3]  # still counted, but stalled: its backups take its share
     assert sum(r.done for r in reports) == left
     assert [r.taken_over for r in reports] == [r.candidates for r in reports]
     assert {r.skipped for r in reports} == {0}
@@ -135,6 +142,7 @@ def test_K1_a_member_that_stops_heartbeating_has_its_share_processed_by_the_othe
 
     # Past `LIVE` without a heartbeat, it is no longer a member: the two split all new work at once.
     clock.advance(sharing.LIVE.total_seconds())
+    assert [first.run_once().candidates, second.run_once().candidates] == [0, 0]  # both beat at this time
     start_backlog(flow, database, 60, prefix="late")
     reports = [first.run_once(), second.run_once()]
     assert [r.members for r in reports] == [2, 2]

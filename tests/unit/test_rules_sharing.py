@@ -6,7 +6,9 @@ from datetime import datetime, timedelta
 from weave.rules.sharing import (
     ALONE,
     GRACE,
+    backup,
     MAX_LISTED_SHARES,
+    STALLED,
     Membership,
     heartbeat_due,
     listing_limit,
@@ -36,11 +38,17 @@ def test_K1_owner_is_a_pure_function_of_the_key_and_the_member_count():
 
 
 def test_K1_the_rank_is_the_place_of_the_members_id_among_the_live_ones_counting_itself():
-    assert membership(7, [3, 7, 12]) == Membership(1, 3)
-    assert membership(12, [12, 3, 7]) == Membership(2, 3)
+    assert membership(7, {3: NOW, 7: NOW, 12: NOW}, NOW) == Membership(1, 3)
+    assert membership(12, {12: NOW, 3: NOW, 7: NOW}, NOW) == Membership(2, 3)
     # Its own row not read (deleted while it was silent): it counts itself until it joins again.
-    assert membership(5, [3, 7]) == Membership(1, 3)
-    assert membership(5, []) == ALONE
+    assert membership(5, {3: NOW, 7: NOW}, NOW) == Membership(1, 3)
+    assert membership(5, {}, NOW) == ALONE
+
+
+def test_K1_a_member_whose_heartbeat_is_older_than_stalled_is_stalled_but_still_counted():
+    old, recent = NOW - STALLED, NOW - STALLED + timedelta(milliseconds=1)
+    assert membership(7, {3: old, 7: old, 12: recent}, NOW) == Membership(1, 3, frozenset({0}))
+    assert membership(3, {3: old, 12: old}, NOW) == Membership(0, 2, frozenset({1}))  # never itself
 
 
 def test_K1_the_listing_is_a_batch_per_member_bounded():
@@ -81,15 +89,42 @@ def test_K1_one_instances_candidates_stay_with_one_member():
     assert share(candidates, Membership(takers[0], 3), {}, NOW, 100).taken == [c for c, _ in candidates]
 
 
-def test_K1_a_candidate_left_to_its_owner_past_the_grace_is_taken_over():
-    """The owner died or hangs: whoever keeps listing the candidate takes it after the grace."""
-    candidates = listed(60)
-    first = share(candidates, Membership(0, 3), {}, NOW, 100)
+def test_K1_the_backup_is_another_member_spread_evenly():
+    assert backup(7, 1) is None
+    for members in (2, 3, 5):
+        pairs = Counter((owner(key, members), backup(key, members)) for key in range(1, 6001))
+        assert all(first != second for first, second in pairs)
+        # Each owner's share is split evenly between the others.
+        for first in range(members):
+            counts = [n for (o, _), n in pairs.items() if o == first]
+            assert len(counts) == members - 1 and max(counts) - min(counts) <= 0.1 * max(counts), pairs
+
+
+def test_K1_a_stalled_members_candidates_are_taken_at_once_by_their_backup():
+    """A member died or hangs (its heartbeat stopped): the survivors split its share, each the
+    candidates it is the backup of, without colliding on them."""
+    candidates = listed(300)
+    stalled_rank = 2
+    theirs = [(identity, key) for identity, key in candidates if owner(key, 3) == stalled_rank]
+    shares = [share(candidates, Membership(rank, 3, frozenset({stalled_rank})), {}, NOW, 300) for rank in (0, 1)]
+    taken = [set(s.taken) for s in shares]
+    assert taken[0].isdisjoint(taken[1]) and taken[0] | taken[1] == {identity for identity, _ in candidates}
+    assert sum(s.taken_over for s in shares) == len(theirs)
+    assert all(s.taken_over > 0 for s in shares)  # each took a part of it
+    assert all(set(s.waiting) == {identity for identity, _ in candidates} - set(s.taken) for s in shares)
+
+
+def test_K1_a_candidate_listed_past_the_grace_is_taken_whoevers_it_is():
+    """The owner and the backup both stalled, or the members disagree for a moment: whoever keeps
+    listing a candidate takes it after the grace."""
+    candidates = listed(90)
+    member = Membership(0, 3)
+    first = share(candidates, member, {}, NOW, 100)
     others = [identity for identity, _ in candidates if identity not in first.taken]
-    before = share(candidates, Membership(0, 3), first.waiting, NOW + GRACE - timedelta(milliseconds=1), 100)
+    before = share(candidates, member, first.waiting, NOW + GRACE - timedelta(milliseconds=1), 100)
     assert before.taken == first.taken and before.taken_over == 0
     assert before.waiting == first.waiting  # the first sighting is kept, not renewed
-    after = share(candidates, Membership(0, 3), before.waiting, NOW + GRACE, 100)
+    after = share(candidates, member, before.waiting, NOW + GRACE, 100)
     assert after.taken == [identity for identity, _ in candidates]
     assert after.taken_over == len(others) and after.waiting == {}
 
