@@ -1,5 +1,5 @@
 """The scanner processes that share the candidates (`scanner_processes`, migration 0020): a member
-joins, writes its heartbeat with its listings, reads the live members with them, and leaves on a
+joins, writes its heartbeat with its listings (or alone, during a long batch), reads the live members with them, and leaves on a
 clean stop (`weave.rules.sharing`; docs/decisions.md, "Scanners that share work"). Only this small
 table is locked, one row at a time.
 """
@@ -31,6 +31,14 @@ def join(tx: Tx, host: str, pid: int) -> int:
 def heartbeat(tx: Tx, member_id: int, now: datetime) -> None:
     """Queue the member's heartbeat: it travels with the listing that follows (`Tx.all_together`)."""
     tx.later(HEARTBEAT, (now, member_id))
+
+
+@unit_of_work
+def beat(tx: Tx, member_id: int) -> datetime:
+    """The member's heartbeat on its own, between the candidates of a long batch; its time."""
+    now = tx.now()
+    tx.later(HEARTBEAT, (now, member_id))
+    return now
 
 
 def listing_live(since: datetime) -> tuple[str, tuple]:

@@ -209,6 +209,7 @@ class Scanner:
         self.member_id: int | None = None
         self.membership = sharing.ALONE
         self.heartbeat_at: datetime | None = None  # database time of its last heartbeat
+        self.beaten = 0.0  # monotonic time of its last heartbeat
         self.waiting_since: dict[tuple[str, int], datetime] = {}  # others' candidates it listed, since when
         self.taken_over = 0  # of the last batch
 
@@ -239,7 +240,7 @@ class Scanner:
             if member_id is not None:
                 if sharing.heartbeat_due(self.heartbeat_at, now):
                     scanners.heartbeat(tx, member_id, now)
-                    self.heartbeat_at = now
+                    self.heartbeat_at, self.beaten = now, time.monotonic()
                 members = (scanners.listing_live(now - sharing.LIVE),)
             answers = tx.all_together(*members, *(source.listing(now, limit) for source in self.sources))
             live = {row["id"]: row["heartbeat_at"] for row in answers.pop(0)} if members else None
@@ -257,6 +258,17 @@ class Scanner:
         self.waiting_since, self.taken_over = mine.waiting, mine.taken_over
         by_identity = {c.identity: c for c in merged}
         return [by_identity[identity] for identity in mine.taken]
+
+    def beat_if_due(self) -> None:
+        """A member's heartbeat during a batch that lasts: the others must not take it for stalled
+        (`sharing.STALLED`) while it works. A beat that fails is only late."""
+        if self.member_id is None or time.monotonic() - self.beaten < sharing.HEARTBEAT_EVERY.total_seconds():
+            return
+        try:
+            self.heartbeat_at = scanners.beat(self.database, self.member_id)
+            self.beaten = time.monotonic()
+        except Exception as exc:
+            log.warning("scanner member %d heartbeat failed: %s", self.member_id, exc)
 
     def process(self, candidate: Candidate) -> tuple[str, str | None]:
         """Process one candidate: "done" with the kind of decision, "skipped" (another scanner had
@@ -296,6 +308,7 @@ class Scanner:
             return candidate, self.process(candidate)
 
         for candidate, processed in self._pool.map(process, batch) if self._pool else map(process, batch):
+            self.beat_if_due()
             if processed is None:
                 continue
             name, (result, decision) = candidate.source.name, processed

@@ -24,9 +24,9 @@ def start_backlog(flow, database, count: int, prefix: str = "b") -> None:
 
 
 def due_checkpoints(flow) -> int:
-    return flow.rows("SELECT COUNT(*) AS n FROM checkpoints WHERE available_at <= %s", (flow.database.clock.now(),))[
-        0
-    ]["n"]
+    return flow.rows("SELECT COUNT(*) AS n FROM checkpoints WHERE available_at <= %s", (flow.database.clock.now(),))[0][
+        "n"
+    ]
 
 
 def members(flow) -> list[int]:

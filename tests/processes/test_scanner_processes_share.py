@@ -33,7 +33,9 @@ def members(flow) -> int:
 
 def move_backlog(database, hours: int) -> None:
     """Move every checkpoint (the backlog, and each instance's deadline) by `hours`."""
-    database.run(lambda tx: tx.execute("UPDATE checkpoints SET available_at = available_at + INTERVAL %s HOUR", (hours,)))
+    database.run(
+        lambda tx: tx.execute("UPDATE checkpoints SET available_at = available_at + INTERVAL %s HOUR", (hours,))
+    )
 
 
 def assert_each_instance_advanced_once(flow, count: int) -> None:

@@ -6,10 +6,10 @@ from datetime import datetime, timedelta
 from weave.rules.sharing import (
     ALONE,
     GRACE,
-    backup,
     MAX_LISTED_SHARES,
     STALLED,
     Membership,
+    backup,
     heartbeat_due,
     listing_limit,
     membership,

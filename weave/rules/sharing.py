@@ -17,7 +17,7 @@ batch) a scanner takes every candidate, oldest first, as it always did.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,7 +27,9 @@ HASH_MULTIPLIER = 0x9E3779B97F4A7C15
 BACKUP_MULTIPLIER = 0xC2B2AE3D27D4EB4F  # another odd constant: the backup does not follow the owner
 WORD = 2**64
 
-HEARTBEAT_EVERY = timedelta(seconds=1)  # a member writes its heartbeat with a listing at most this often
+HEARTBEAT_EVERY = timedelta(
+    seconds=1
+)  # a member writes its heartbeat (with a listing, or mid-batch) at most this often
 LIVE = timedelta(seconds=10)  # a member whose heartbeat is older is no longer counted
 STALLED = timedelta(seconds=3)  # a member whose heartbeat is older: its backups take its share
 GRACE = timedelta(seconds=5)  # a candidate listed that long without anyone taking it: taken by whoever lists it
@@ -69,9 +71,7 @@ def membership(member_id: int, live: Mapping[int, datetime], now: datetime) -> M
     the others are stalled; itself counted even if its own row was not read (it joins again: the
     others count it from their next listing)."""
     ids = sorted(set(live) | {member_id})
-    stalled = frozenset(
-        rank for rank, other in enumerate(ids) if other != member_id and now - live[other] >= STALLED
-    )
+    stalled = frozenset(rank for rank, other in enumerate(ids) if other != member_id and now - live[other] >= STALLED)
     return Membership(ids.index(member_id), len(ids), stalled)
 
 
