@@ -256,6 +256,7 @@ class Scanner:
         listed = [(c.identity, c.partition_key) for c in merged]
         mine = sharing.share(listed, self.membership, self.waiting_since, now, self.batch_size)
         self.waiting_since, self.taken_over = mine.waiting, mine.taken_over
+        metrics.SCANNER_TAKEN_OVER.inc(mine.taken_over)
         by_identity = {c.identity: c for c in merged}
         return [by_identity[identity] for identity in mine.taken]
 
