@@ -7,6 +7,7 @@ import time
 
 import pytest
 from helpers import task_steps, wait_until
+from prometheus_client import REGISTRY
 
 from weave.rules import sharing
 from weave.scanner import BatchReport, Scanner
@@ -192,3 +193,29 @@ def test_K3_a_running_scanner_is_a_member_until_it_stops(flow, database, scanner
             thread.join()
     assert members(flow) == []  # each left on its clean stop
     assert_each_instance_advanced_once(flow, 120)
+
+
+def recorded(name: str, **labels) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_K1_wasted_claims_and_candidates_taken_over_are_counted(flow, database, clock):
+    start_backlog(flow, database, 2)
+    skipped_before = recorded("weave_scanner_skipped_total", source="checkpoint")
+    late, early = Scanner(database), Scanner(database)
+    listed = late.look()
+    assert len(listed) == 2
+    assert early.run_once().done == 2  # another scanner processed them after `late` listed them
+    assert [late.process(candidate) for candidate in listed] == [("skipped", None)] * 2
+    assert recorded("weave_scanner_skipped_total", source="checkpoint") - skipped_before == 2
+
+    taken_before = recorded("weave_scanner_taken_over_total")
+    survivor, silent = Scanner(database), Scanner(database)
+    survivor.join()
+    silent.join()
+    start_backlog(flow, database, 40, prefix="more")
+    own = survivor.run_once().done
+    clock.advance(sharing.STALLED.total_seconds())
+    report = survivor.run_once()
+    assert (report.done, report.taken_over) == (40 - own, 40 - own)  # alone with it, it backs all of it
+    assert recorded("weave_scanner_taken_over_total") - taken_before == 40 - own
