@@ -6,22 +6,13 @@ import threading
 import time
 
 import pytest
-from helpers import task_steps, wait_until
+from helpers import assert_each_instance_advanced_once, start_task_backlog, wait_until
 from prometheus_client import REGISTRY
 
 from weave.rules import sharing
 from weave.scanner import BatchReport, Scanner
-from weave.sql import instances
 
 BACKLOG = 300
-
-
-def start_backlog(flow, database, count: int, prefix: str = "b") -> None:
-    flow.publish(task_steps("work"))
-    starter = flow.tenant.principal("workflows:start", queues=("inventory",))
-    for i in range(count):
-        request = instances.StartRequest(f"{prefix}{i}", "flow", 1, "{}", 3600, f"{i:064d}")
-        instances.start_workflow(database, starter, request)
 
 
 def due_checkpoints(flow) -> int:
@@ -32,17 +23,6 @@ def due_checkpoints(flow) -> int:
 
 def members(flow) -> list[int]:
     return [row["id"] for row in flow.rows("SELECT id FROM scanner_processes ORDER BY id")]
-
-
-def assert_each_instance_advanced_once(flow, count: int) -> None:
-    per_instance = flow.rows(
-        "SELECT i.id, COUNT(DISTINCT a.id) AS activations, COUNT(DISTINCT t.id) AS tasks "
-        "FROM instances i LEFT JOIN step_activations a ON a.instance_id = i.id "
-        "LEFT JOIN tasks t ON t.instance_id = i.id GROUP BY i.id"
-    )
-    assert len(per_instance) == count
-    assert {(r["activations"], r["tasks"]) for r in per_instance} == {(1, 1)}
-    assert flow.rows("SELECT COUNT(*) AS n FROM events WHERE type = 'STEP_ACTIVATED'")[0]["n"] == count
 
 
 def run_together(flow, scanners: list[Scanner]) -> list[list[BatchReport]]:
@@ -88,7 +68,7 @@ def three_members(database) -> list[Scanner]:
 
 
 def test_K1_three_members_process_a_backlog_exactly_once_with_under_a_tenth_of_claims_wasted(flow, database, capsys):
-    start_backlog(flow, database, BACKLOG)
+    start_task_backlog(flow, database, BACKLOG)
     scanners = three_members(database)
     assert len(members(flow)) == 3
     reports = run_together(flow, scanners)
@@ -109,7 +89,7 @@ def test_K1_without_the_partition_three_scanners_collide_on_the_same_oldest_cand
     """The same run with every member believing it is alone (as before issue 31): each lists the
     same oldest candidates, and most claims find another scanner's lock or its finished work."""
     monkeypatch.setattr(sharing, "membership", lambda *_: sharing.ALONE)
-    start_backlog(flow, database, BACKLOG)
+    start_task_backlog(flow, database, BACKLOG)
     reports = run_together(flow, three_members(database))
     done, skipped, claims = tally(reports)
     assert sum(done) == BACKLOG
@@ -122,7 +102,7 @@ def test_K1_without_the_partition_three_scanners_collide_on_the_same_oldest_cand
 def test_K1_a_member_that_stops_heartbeating_has_its_share_processed_by_the_others_after_the_grace(
     flow, database, clock
 ):
-    start_backlog(flow, database, BACKLOG)
+    start_task_backlog(flow, database, BACKLOG)
     first, second, silent = three_members(database)  # `silent` lists nothing, ever: killed after joining
     for scanner in (first, second):
         while scanner.run_once().candidates:
@@ -144,7 +124,7 @@ def test_K1_a_member_that_stops_heartbeating_has_its_share_processed_by_the_othe
     # Past `LIVE` without a heartbeat, it is no longer a member: the two split all new work at once.
     clock.advance(sharing.LIVE.total_seconds())
     assert [first.run_once().candidates, second.run_once().candidates] == [0, 0]  # both beat at this time
-    start_backlog(flow, database, 60, prefix="late")
+    start_task_backlog(flow, database, 60, prefix="late")
     reports = [first.run_once(), second.run_once()]
     assert [r.members for r in reports] == [2, 2]
     assert sum(r.done for r in reports) == 60 and all(r.done for r in reports)
@@ -158,13 +138,13 @@ def test_K1_a_member_that_leaves_cleanly_hands_its_share_over_at_once(flow, data
     assert first.run_once().members == 2
     second.leave()
     assert members(flow) == [first.member_id]
-    start_backlog(flow, database, 40)
+    start_task_backlog(flow, database, 40)
     report = first.run_once()
     assert (report.members, report.done, report.taken_over) == (1, 40, 0)
 
 
 def test_K1_a_member_alone_batches_exactly_as_a_scanner_that_never_joined(flow, database):
-    start_backlog(flow, database, 250)
+    start_task_backlog(flow, database, 250)
     scanner = Scanner(database, threads=4)
     scanner.join()
     reports = [scanner.run_once() for _ in range(3)]
@@ -178,7 +158,7 @@ def test_K1_a_member_alone_batches_exactly_as_a_scanner_that_never_joined(flow, 
 
 @pytest.mark.parametrize("scanner_count", [1, 2])
 def test_K3_a_running_scanner_is_a_member_until_it_stops(flow, database, scanner_count):
-    start_backlog(flow, database, 120)
+    start_task_backlog(flow, database, 120)
     stop = threading.Event()
     scanners = [Scanner(database, idle_seconds=0.02) for _ in range(scanner_count)]
     threads = [threading.Thread(target=s.run, args=(stop,)) for s in scanners]
@@ -200,7 +180,7 @@ def recorded(name: str, **labels) -> float:
 
 
 def test_K1_wasted_claims_and_candidates_taken_over_are_counted(flow, database, clock):
-    start_backlog(flow, database, 2)
+    start_task_backlog(flow, database, 2)
     skipped_before = recorded("weave_scanner_skipped_total", source="checkpoint")
     late, early = Scanner(database), Scanner(database)
     listed = late.look()
@@ -213,7 +193,7 @@ def test_K1_wasted_claims_and_candidates_taken_over_are_counted(flow, database, 
     survivor, silent = Scanner(database), Scanner(database)
     survivor.join()
     silent.join()
-    start_backlog(flow, database, 40, prefix="more")
+    start_task_backlog(flow, database, 40, prefix="more")
     own = survivor.run_once().done
     clock.advance(sharing.STALLED.total_seconds())
     report = survivor.run_once()

@@ -6,21 +6,18 @@ import signal
 import time
 
 import pytest
-from helpers import batch_lines, scanner_process, task_steps, use_real_time, wait_until
-
-from weave.sql import instances
+from helpers import (
+    assert_each_instance_advanced_once,
+    batch_lines,
+    scanner_process,
+    start_task_backlog,
+    use_real_time,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
 BACKLOG = 1500
-
-
-def start_backlog(flow, database, count: int) -> None:
-    flow.publish(task_steps("work"))
-    starter = flow.tenant.principal("workflows:start", queues=("inventory",))
-    for i in range(count):
-        request = instances.StartRequest(f"b{i}", "flow", 1, "{}", 3600, f"{i:064d}")
-        instances.start_workflow(database, starter, request)
 
 
 def due_checkpoints(flow) -> int:
@@ -38,16 +35,6 @@ def move_backlog(database, hours: int) -> None:
     )
 
 
-def assert_each_instance_advanced_once(flow, count: int) -> None:
-    per_instance = flow.rows(
-        "SELECT i.id, COUNT(DISTINCT a.id) AS activations, COUNT(DISTINCT t.id) AS tasks "
-        "FROM instances i LEFT JOIN step_activations a ON a.instance_id = i.id "
-        "LEFT JOIN tasks t ON t.instance_id = i.id GROUP BY i.id"
-    )
-    assert len(per_instance) == count
-    assert {(r["activations"], r["tasks"]) for r in per_instance} == {(1, 1)}
-
-
 def claims(lines: list[dict]) -> tuple[int, int, int]:
     """(decisions, skipped claims, candidates taken over) of one process's batch lines."""
     return (
@@ -59,7 +46,7 @@ def claims(lines: list[dict]) -> tuple[int, int, int]:
 
 def test_K1_K2_three_scanner_processes_share_a_backlog_and_survive_a_sigkill(flow, database, clock, config, capsys):
     use_real_time(database, clock)
-    start_backlog(flow, database, BACKLOG)
+    start_task_backlog(flow, database, BACKLOG)
     # Nothing is due until every process has joined (else the first would do a share of the others).
     move_backlog(database, 1)
     scanners = [scanner_process(config) for _ in range(3)]
