@@ -10,9 +10,10 @@ processes share the work without waiting on each other. A running scanner (`run`
 candidates whose instance hashes to its rank among the live members, those of a member silent for
 a few seconds whose backup it is, and any it has seen listed a little longer without anyone taking
 it), so that processes do not collide on the same oldest candidates, and nothing waits long for a
-member that died. Within a process, `threads` threads take the batch's candidates in that order: a unit mostly waits for its COMMIT to be made durable, and
-concurrent commits share one log flush (group commit), so one thread would spend its time waiting
-for the disk; the units are the same as with several processes, instance locks order them.
+member that died. Within a process, `threads` threads take the batch's candidates in that order:
+a unit mostly waits for its COMMIT to be made durable, and concurrent commits share one log flush
+(group commit), so one thread would spend its time waiting for the disk; the units are the same
+as with several processes, instance locks order them.
 
 A candidate that fails (deadlock, lock wait timeout, lost connection, any SQL error, a bug) is
 rolled back and backed off on its own row (an expired lease has none: the next batch finds it
@@ -163,7 +164,7 @@ class BatchReport:
     skipped: int = 0  # another scanner had it, or it was no longer due
     failed: int = 0
     members: int = 1  # the live scanner processes sharing the candidates, this one included
-    taken_over: int = 0  # candidates of another member's share, listed past the grace (`sharing`)
+    taken_over: int = 0  # candidates of another member's share: it was stalled, or they waited (`sharing`)
     leases: dict[str, int] = field(default_factory=dict)  # lease expiry's decisions by kind
     millis: float = 0.0
 
