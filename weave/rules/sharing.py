@@ -11,8 +11,9 @@ it runs batches) are taken at once by their backup (a second hash over the other
 the survivors of a dead member split its share rather than collide on it); and a candidate a
 member has seen listed for `GRACE` without anyone taking it, it takes itself whatever its hash (the
 backup is stuck too, or the members disagree for a moment while one joins or leaves). A member
-silent for `LIVE` is no longer counted: the others split everything between them again. Alone (or not a member: a one-off
-batch) a scanner takes every candidate, oldest first, as it always did.
+silent for `LIVE` is no longer counted: the others split everything between them again. Alone
+(or not a member: a one-off batch) a scanner takes every candidate, oldest first, as it always
+did.
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ HASH_MULTIPLIER = 0x9E3779B97F4A7C15
 BACKUP_MULTIPLIER = 0xC2B2AE3D27D4EB4F  # another odd constant: the backup does not follow the owner
 WORD = 2**64
 
-HEARTBEAT_EVERY = timedelta(
-    seconds=1
-)  # a member writes its heartbeat (with a listing, or mid-batch) at most this often
+# A member writes its heartbeat (with a listing, or between the candidates of a batch) at most this often.
+HEARTBEAT_EVERY = timedelta(seconds=1)
 LIVE = timedelta(seconds=10)  # a member whose heartbeat is older is no longer counted
 STALLED = timedelta(seconds=3)  # a member whose heartbeat is older: its backups take its share
 GRACE = timedelta(seconds=5)  # a candidate listed that long without anyone taking it: taken by whoever lists it
