@@ -1,7 +1,7 @@
 """The scanner processes that share the candidates (`scanner_processes`, migration 0020): a member
-joins, writes its heartbeat with its listings (or alone, during a long batch), reads the live members with them, and leaves on a
-clean stop (`weave.rules.sharing`; docs/decisions.md, "Scanners that share work"). Only this small
-table is locked, one row at a time.
+joins, writes its heartbeat with its listings (or alone, during a long batch), reads the live
+members with them, and leaves on a clean stop (`weave.rules.sharing`; docs/decisions.md, "Scanners
+that share work"). Only this small table is locked, one row at a time.
 """
 
 from __future__ import annotations
