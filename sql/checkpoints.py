@@ -34,7 +34,7 @@ def look_again(tx: Tx, instance_id: int, due_at: datetime) -> None:
 
 
 DUE_CHECKPOINTS = """
-SELECT id, available_at AS due_at FROM checkpoints
+SELECT id, available_at AS due_at, instance_id FROM checkpoints
 WHERE available_at <= %s
 ORDER BY available_at, id
 LIMIT %s

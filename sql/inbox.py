@@ -28,7 +28,7 @@ FAILURES = backoff.Source(
     record="UPDATE inbox_events SET attempts = attempts + 1, last_error = %s, available_at = %s WHERE id = %s",
 )
 DUE_INBOX_EVENTS = """
-SELECT id, available_at AS due_at FROM inbox_events
+SELECT id, available_at AS due_at, instance_id FROM inbox_events
 WHERE status = 'PENDING' AND available_at <= %s
 ORDER BY available_at, id
 LIMIT %s

@@ -681,7 +681,7 @@ def reject_all_pending(tx: Tx, instance_id: int, disposition: str) -> int:
 # later ones only move it later: the next look is the candidate's due time, for the sort and for the
 # scanner's lag alike, so a signal deferred again and again never sorts ahead of fresh work.
 DUE_EXPIRIES = """
-SELECT id, available_at AS due_at FROM signals FORCE INDEX (ix_signals_next_look)
+SELECT id, available_at AS due_at, instance_id FROM signals FORCE INDEX (ix_signals_next_look)
 WHERE status = 'PENDING' AND available_at <= %s
 ORDER BY available_at, id
 LIMIT %s

@@ -364,7 +364,7 @@ def _report_taken(tx: Tx, task_id: int, answer: dict, completion: Completion) ->
 # ---- lease expiry (the scanner) and cancellation (the workflow side) ---------------------------------
 
 SELECT_EXPIRED_LEASES = """
-SELECT id, queue_id, lease_expires_at AS due_at FROM tasks
+SELECT id, queue_id, lease_expires_at AS due_at, instance_id FROM tasks
 WHERE status = 'RUNNING' AND lease_expires_at <= %s
 ORDER BY lease_expires_at
 LIMIT %s

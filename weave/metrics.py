@@ -170,6 +170,15 @@ SCANNER_FAILURES = Counter(
     "Candidates whose transaction failed, by source (lease: lease expiry; batch: listing)",
     ["source"],
 )
+SCANNER_SKIPPED = Counter(
+    "weave_scanner_skipped_total",
+    "Claims that found their candidate taken by another scanner, or no longer due, by source (wasted claims)",
+    ["source"],
+)
+SCANNER_TAKEN_OVER = Counter(
+    "weave_scanner_taken_over_total",
+    "Candidates a scanner took from another member's share: the member was stalled, or the candidate waited past the grace",
+)
 SCANNER_BACKOFFS = Counter(
     "weave_scanner_backoffs_total",
     "Failed candidates backed off (attempts + 1, a later available_at), by source",

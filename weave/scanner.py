@@ -2,13 +2,18 @@
 checkpoints, expiring signals and expiring parked facts, B5), each candidate in its own short
 transaction.
 
-One batch: every source lists at most `batch_size` due candidates (ids and due times only, no
+One batch: every source lists its oldest due candidates (ids, due times and instances only, no
 locks); the merged list, oldest due first, is cut to `batch_size`; each candidate is processed by
 its source's unit, which re-reads it under lock with `SKIP LOCKED`, so any number of scanner
-processes share the work without waiting on each other. Within a process, `threads` threads take
-the batch's candidates in that order: a unit mostly waits for its COMMIT to be made durable, and
-concurrent commits share one log flush (group commit), so one thread would spend its time waiting
-for the disk; the units are the same as with several processes, instance locks order them.
+processes share the work without waiting on each other. A running scanner (`run`) is a member of
+`scanner_processes` and takes only its share of what it lists (`weave.rules.sharing`: the
+candidates whose instance hashes to its rank among the live members, those of a member silent for
+a few seconds whose backup it is, and any it has seen listed a little longer without anyone taking
+it), so that processes do not collide on the same oldest candidates, and nothing waits long for a
+member that died. Within a process, `threads` threads take the batch's candidates in that order:
+a unit mostly waits for its COMMIT to be made durable, and concurrent commits share one log flush
+(group commit), so one thread would spend its time waiting for the disk; the units are the same
+as with several processes, instance locks order them.
 
 A candidate that fails (deadlock, lock wait timeout, lost connection, any SQL error, a bug) is
 rolled back and backed off on its own row (an expired lease has none: the next batch finds it
@@ -27,6 +32,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +46,8 @@ from prometheus_client import Counter
 from weave import metrics
 from weave.config import DEFAULT_SCAN_BATCH_SIZE, DEFAULT_SCAN_IDLE_SECONDS
 from weave.db import Database
-from weave.sql import backoff, checkpoints, engine, inbox, instances, routing, signals, tasks
+from weave.rules import sharing
+from weave.sql import backoff, checkpoints, engine, inbox, instances, routing, scanners, signals, tasks
 from weave.tx import Tx
 
 log = logging.getLogger("weave.scanner")
@@ -62,7 +70,8 @@ def pause_after(idle_for: float, longest: float = DEFAULT_SCAN_IDLE_SECONDS) -> 
 class CandidateSource:
     name: str
     # (now, limit) -> the read of the candidates due at `now`, oldest first, no locks: rows of
-    # `due_at` and the arguments of `process`, `id` first
+    # `due_at`, the arguments of `process` (`id` first) and, where it has one, the candidate's
+    # `instance_id` (its partition key among scanner processes, not an argument)
     listing: Callable[[datetime, int], tuple[str, tuple]]
     process: Callable  # a @unit_of_work taking those arguments; returns the kind of decision, None if none
     # K2: where a failed candidate is backed off; None: nowhere, the next batch finds it again
@@ -129,11 +138,22 @@ class Candidate:
     source: CandidateSource
     id: int
     more: tuple = ()  # the arguments of the source's unit after the id (a task's queue)
+    instance_id: int | None = None
 
     @classmethod
     def listed(cls, source: CandidateSource, row: dict) -> Candidate:
-        more = tuple(value for column, value in row.items() if column not in ("id", "due_at"))
-        return cls(row["due_at"], source, row["id"], more)
+        more = tuple(value for column, value in row.items() if column not in ("id", "due_at", "instance_id"))
+        return cls(row["due_at"], source, row["id"], more, row.get("instance_id"))
+
+    @property
+    def identity(self) -> tuple[str, int]:
+        return self.source.name, self.id
+
+    @property
+    def partition_key(self) -> int:
+        """Which scanner's share it is: its instance's, so one instance's work stays with one
+        process (a parked fact has no instance yet: its own id)."""
+        return self.id if self.instance_id is None else self.instance_id
 
 
 @dataclass
@@ -143,6 +163,8 @@ class BatchReport:
     done: int = 0  # decisions, but for lease expiry's
     skipped: int = 0  # another scanner had it, or it was no longer due
     failed: int = 0
+    members: int = 1  # the live scanner processes sharing the candidates, this one included
+    taken_over: int = 0  # candidates of another member's share: it was stalled, or they waited (`sharing`)
     leases: dict[str, int] = field(default_factory=dict)  # lease expiry's decisions by kind
     millis: float = 0.0
 
@@ -154,6 +176,8 @@ class BatchReport:
             "done": self.done,
             "skipped": self.skipped,
             "failed": self.failed,
+            "members": self.members,
+            "taken_over": self.taken_over,
             "leases": self.leases,
             "ms": round(self.millis, 1),
         }
@@ -181,19 +205,72 @@ class Scanner:
         self.decisions = {source.decisions: metrics.Children(source.decisions) for source in sources}
         self.failures = metrics.Children(metrics.SCANNER_FAILURES)
         self.backoffs = metrics.Children(metrics.SCANNER_BACKOFFS)
+        self.skips = metrics.Children(metrics.SCANNER_SKIPPED)
+        # Sharing (`weave.rules.sharing`): None until `join` (a one-off batch takes every candidate)
+        self.member_id: int | None = None
+        self.membership = sharing.ALONE
+        self.heartbeat_at: datetime | None = None  # database time of its last heartbeat
+        self.beaten = 0.0  # monotonic time of its last heartbeat
+        self.waiting_since: dict[tuple[str, int], datetime] = {}  # others' candidates it listed, since when
+        self.taken_over = 0  # of the last batch
+
+    def join(self) -> None:
+        """Become a member of the scanners that share the candidates (`run` does, first)."""
+        self.member_id = scanners.join(self.database, socket.gethostname(), os.getpid())
+        self.heartbeat_at = None
+        log.info("scanner member %d joined", self.member_id)
+
+    def leave(self) -> None:
+        """Stop being a member (a clean stop): the others take the whole share from their next batch."""
+        if self.member_id is not None:
+            scanners.leave(self.database, self.member_id)
+            log.info("scanner member %d left", self.member_id)
+            self.member_id = None
+            self.membership = sharing.ALONE
 
     def look(self) -> list[Candidate]:
-        """The batch, read in two round trips (the time, then every listing together): each
-        source's oldest due candidates, merged, cut to the batch size."""
+        """The batch, read in two round trips (the time, then every listing together, with a
+        member's heartbeat and its read of the live members): each source's oldest due candidates,
+        merged, oldest first; this member's share of them, cut to the batch size."""
+        member_id = self.member_id
+        limit = sharing.listing_limit(self.batch_size, self.membership.members)
 
-        def read(tx: Tx) -> list[Candidate]:
+        def read(tx: Tx) -> tuple[datetime, dict[int, datetime] | None, list[Candidate]]:
             now = tx.now()
-            due = tx.all_together(*(source.listing(now, self.batch_size) for source in self.sources))
-            return [Candidate.listed(source, row) for source, rows in zip(self.sources, due) for row in rows]
+            members = ()
+            if member_id is not None:
+                if sharing.heartbeat_due(self.heartbeat_at, now):
+                    scanners.heartbeat(tx, member_id, now)
+                    self.heartbeat_at, self.beaten = now, time.monotonic()
+                members = (scanners.listing_live(now - sharing.LIVE),)
+            answers = tx.all_together(*members, *(source.listing(now, limit) for source in self.sources))
+            live = {row["id"]: row["heartbeat_at"] for row in answers.pop(0)} if members else None
+            listed = [Candidate.listed(source, row) for source, rows in zip(self.sources, answers) for row in rows]
+            return now, live, listed
 
-        merged = self.database.read(read)
+        now, live, merged = self.database.read(read)
+        if member_id is not None:
+            self.membership = sharing.membership(member_id, live, now)
+            if member_id not in live:  # its row was deleted, long silent: join again, the others will count it
+                self.join()
         merged.sort(key=lambda c: (c.due_at, self.sources.index(c.source), c.id))
-        return merged[: self.batch_size]
+        listed = [(c.identity, c.partition_key) for c in merged]
+        mine = sharing.share(listed, self.membership, self.waiting_since, now, self.batch_size)
+        self.waiting_since, self.taken_over = mine.waiting, mine.taken_over
+        metrics.SCANNER_TAKEN_OVER.inc(mine.taken_over)
+        by_identity = {c.identity: c for c in merged}
+        return [by_identity[identity] for identity in mine.taken]
+
+    def beat_if_due(self) -> None:
+        """A member's heartbeat during a batch that lasts: the others must not take it for stalled
+        (`sharing.STALLED`) while it works. A beat that fails is only late."""
+        if self.member_id is None or time.monotonic() - self.beaten < sharing.HEARTBEAT_EVERY.total_seconds():
+            return
+        try:
+            self.heartbeat_at = scanners.beat(self.database, self.member_id)
+            self.beaten = time.monotonic()
+        except Exception as exc:
+            log.warning("scanner member %d heartbeat failed: %s", self.member_id, exc)
 
     def process(self, candidate: Candidate) -> tuple[str, str | None]:
         """Process one candidate: "done" with the kind of decision, "skipped" (another scanner had
@@ -215,6 +292,7 @@ class Scanner:
             log.warning("scan %s %s failed: %s; %s", source.name, candidate.id, exc, then)
             return "failed", None
         if decision is None:
+            self.skips(source.name).inc()
             return "skipped", None
         self.decisions[source.decisions](decision).inc()
         return "done", decision
@@ -224,6 +302,7 @@ class Scanner:
         report = BatchReport()
         batch = self.look()
         report.candidates = len(batch)
+        report.members, report.taken_over = self.membership.members, self.taken_over
 
         def process(candidate: Candidate) -> tuple[Candidate, tuple[str, str | None] | None]:
             if stop is not None and stop.is_set():
@@ -231,6 +310,7 @@ class Scanner:
             return candidate, self.process(candidate)
 
         for candidate, processed in self._pool.map(process, batch) if self._pool else map(process, batch):
+            self.beat_if_due()
             if processed is None:
                 continue
             name, (result, decision) = candidate.source.name, processed
@@ -247,9 +327,12 @@ class Scanner:
         return report
 
     def run(self, stop: threading.Event) -> None:
+        """Batches until `stop` is set, as a member sharing the candidates; a clean stop leaves."""
         worked_at = time.monotonic()
         while not stop.is_set():
             try:
+                if self.member_id is None:
+                    self.join()
                 report = self.run_once(stop)
             except Exception as exc:  # the database is unreachable: wait and try again
                 self.failures(LISTING).inc()
@@ -267,3 +350,7 @@ class Scanner:
                 worked_at = now
             if report.candidates < self.batch_size:
                 stop.wait(pause_after(now - worked_at, self.idle_seconds))
+        try:
+            self.leave()
+        except Exception as exc:  # its heartbeat stops all the same: the others count it out after `sharing.LIVE`
+            log.warning("scanner member %s could not leave: %s", self.member_id, exc)

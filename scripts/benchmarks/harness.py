@@ -103,10 +103,10 @@ def prepared(url: DatabaseUrl) -> tuple[Database, str, str, int]:
 WEAVE_CLI = (sys.executable, "-P", "-m", "weave.cli")
 
 
-def weave_command(env: dict, *args: str) -> subprocess.Popen:
-    """A `weave` command (`serve`, `scan`) of the Weave that `env` imports; its log goes nowhere,
-    and it ends with the bench."""
-    return subprocess.Popen([*WEAVE_CLI, *args], env=env, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
+def weave_command(env: dict, *args: str, log=subprocess.DEVNULL) -> subprocess.Popen:
+    """A `weave` command (`serve`, `scan`) of the Weave that `env` imports; its log goes to `log`
+    (an open file; by default nowhere), and it ends with the bench."""
+    return subprocess.Popen([*WEAVE_CLI, *args], env=env, stderr=log, preexec_fn=die_with_parent)
 
 
 def require_imported_from(tree: Path, env: dict) -> None:
@@ -361,9 +361,24 @@ def stat_fields(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def scanners(bench: Bench, count: int) -> list[subprocess.Popen]:
+def scanners(bench: Bench, count: int, logs: list | None = None) -> list[subprocess.Popen]:
+    """`count` `weave scan` processes; with `logs` (open files, one per process), their logs."""
     env = {**os.environ, "WEAVE_DATABASE_URL": bench.url.url()}
-    return [weave_command(env, "scan") for _ in range(count)]
+    return [weave_command(env, "scan", log=logs[i] if logs else subprocess.DEVNULL) for i in range(count)]
+
+
+def wasted_claims(logs: list) -> tuple[int, int]:
+    """(skipped, all) claims of the scanner batches logged in `logs` (files written by `scanners`):
+    a skipped claim found its candidate held by another scanner, or already done."""
+    skipped = claimed = 0
+    for log in logs:
+        log.seek(0)
+        for line in log.read().decode().splitlines():
+            if '"scan_batch"' in line:
+                batch = json.loads(line[line.index("{") :])
+                skipped += batch["skipped"]
+                claimed += batch["done"] + batch["skipped"] + batch["failed"] + sum(batch["leases"].values())
+    return skipped, claimed
 
 
 def count_of(bench: Bench, sql: str, *params) -> int:

@@ -394,7 +394,7 @@ def crowded(tenant, database):
 def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
     """`module.NAME` -> (statement, parameters) of every statement on a hot path, with the ids of
     `crowded` rows (any ids will do to list the names)."""
-    from weave.sql import activations, audit, checkpoints, inbox, routing, signals, tasks, timeline, waits
+    from weave.sql import activations, audit, checkpoints, inbox, routing, scanners, signals, tasks, timeline, waits
 
     now, instance, activation = ids["now"], ids["instance"], ids["activation"]
     task, signal, wait = ids["task"], ids["signal"], ids["wait"]
@@ -576,6 +576,12 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         statements[f"{name}.FAILURES.record"] = (module.FAILURES.record, ("boom", now, row))
     statements["routing.PARKED_FAILURES.lock"] = (routing.PARKED_FAILURES.lock, (signal,))
     statements["routing.PARKED_FAILURES.record"] = (routing.PARKED_FAILURES.record, ("boom", now, signal))
+    # Scanner processes sharing the candidates: a heartbeat and the live members with each listing
+    # (a table of one row per running scanner, read whole), a join and a clean stop.
+    statements["scanners.HEARTBEAT"] = (scanners.HEARTBEAT, (now, 1))
+    statements["scanners.LIVE_MEMBERS"] = (scanners.LIVE_MEMBERS, (now,))
+    statements["scanners.FORGET_DEAD"] = (scanners.FORGET_DEAD, (now,))
+    statements["scanners.LEAVE"] = (scanners.LEAVE, (1,))
     return statements
 
 
@@ -654,6 +660,8 @@ INDEX_ONLY = ("timeline.SIGNAL_IDS_AFTER", "timeline.SIGNAL_IDS_BEFORE", "timeli
 INDEX_ONLY += ("timeline.ROUND_IDS_BEFORE", "timeline.COUNT_ROUNDS_BEFORE")
 # One row per namespace by design (the metrics' review gauge): each reads its count from an index.
 WHOLE_BY_DESIGN = {("instances.NEEDS_REVIEW_BY_NAMESPACE", "n")}
+# One row per running scanner process: read whole by each listing, swept whole by each join.
+WHOLE_BY_DESIGN |= {("scanners.LIVE_MEMBERS", "scanner_processes"), ("scanners.FORGET_DEAD", "scanner_processes")}
 
 
 def sql_statements() -> dict[str, str]:

@@ -45,6 +45,7 @@ SHIPPED = [
     "0017.routing",
     "0018.unrouted_facts",
     "0019.inbound",
+    "0020.scanner_processes",
 ]
 
 

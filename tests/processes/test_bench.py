@@ -76,6 +76,7 @@ def test_every_bench_section_runs_on_tiny_sizes():
     assert waited["label"] == "signal accepted -> consumed" and waited["max_ms"] >= waited["p50_ms"] >= 0
     assert [row["signals"] for row in consumed] == [4, 4]
     assert all(row["consumed_per_second"] > 0 and row["max_backlog"] <= 4 for row in consumed)
+    assert all(0 <= row["wasted_claims"] <= 1 for row in consumed)  # read from the scanners' batch lines
 
 
 @pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")

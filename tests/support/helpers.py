@@ -585,3 +585,27 @@ def quickly(fn, limit: float = 5.0):
     result = fn()
     assert time.perf_counter() - started < limit
     return result
+
+
+def start_task_backlog(flow, database: Database, count: int, prefix: str = "b") -> None:
+    """`count` instances of a one-TASK workflow started through the units: as many ROOT checkpoints
+    due now for the scanners."""
+    from weave.sql import instances
+
+    if not flow.rows("SELECT id FROM definitions WHERE name = 'flow'"):
+        flow.publish(task_steps("work"))
+    starter = flow.tenant.principal("workflows:start", queues=("inventory",))
+    for i in range(count):
+        request = instances.StartRequest(f"{prefix}{i}", "flow", 1, "{}", 3600, f"{i:064d}")
+        instances.start_workflow(database, starter, request)
+
+
+def assert_each_instance_advanced_once(flow, count: int) -> None:
+    """Every one of the `count` instances of `start_task_backlog` has one activation and one task."""
+    per_instance = flow.rows(
+        "SELECT i.id, COUNT(DISTINCT a.id) AS activations, COUNT(DISTINCT t.id) AS tasks "
+        "FROM instances i LEFT JOIN step_activations a ON a.instance_id = i.id "
+        "LEFT JOIN tasks t ON t.instance_id = i.id GROUP BY i.id"
+    )
+    assert len(per_instance) == count
+    assert {(r["activations"], r["tasks"]) for r in per_instance} == {(1, 1)}
