@@ -16,7 +16,8 @@ above 1023), closes a connection without a request in progress once it has sent 
 idle timeout (looked for every second), and raises its soft file-descriptor limit so that the
 connections and the database pool fit. Memory per connection is bounded by MAX_HEADER_BYTES plus
 waitress's in-memory part of a buffered body (`inbuf_overflow`); larger bodies go to a temporary
-file.
+file. A response without a body (204) keeps its connection open (`BodilessKeepAlive`): waitress
+alone closes it.
 
 Slow clients (issue 26, item 5). A connection that trickles its request never goes idle, so the
 idle timeout alone let 2,100 connections sending a header line every 2 s hold every slot, and 200
@@ -67,7 +68,7 @@ from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser
 from waitress.server import TcpWSGIServer
-from waitress.task import ErrorTask, ThreadedTaskDispatcher
+from waitress.task import ErrorTask, ThreadedTaskDispatcher, WSGITask
 
 from weave import errors, metrics
 from weave.config import Config
@@ -374,9 +375,39 @@ class RequestParser(HTTPRequestParser):
         self.buffer.give(held)
 
 
-class Channel(HTTPChannel):
-    """waitress's connection, with Weave's request parser and problem+json refusals."""
+class BodilessKeepAlive(WSGITask):
+    """waitress's task of one request, which keeps the connection open after a response without a
+    body (204) as after any other.
 
+    waitress 3 closes the connection after every HTTP/1.1 response without Content-Length (its
+    end would be framed by the close), and a 204 must not have one (RFC 9110 section 8.6): it has
+    no body to frame, so waitress closed the connection of every empty claim, every turned-away
+    claim and every other 204. Workers long-polling an idle queue paid a new connection (TCP
+    handshake, waitress channel) per claim, and a client that reuses its connection without
+    reading `Connection: close` (the bench's) met a reset. The response still closes when the
+    request asked for it, on HTTP/1.0, and for every other reason waitress has (`set_close_on_finish`
+    outside `build_response_header`)."""
+
+    _bodiless_framing = False  # building the header of a response that needs no framing
+
+    def build_response_header(self) -> bytes:
+        asked_to_close = self.version != "1.1" or self.request.headers.get("CONNECTION", "").lower() == "close"
+        self._bodiless_framing = not self.has_body and not asked_to_close
+        try:
+            return super().build_response_header()
+        finally:
+            self._bodiless_framing = False
+
+    def set_close_on_finish(self) -> None:
+        if not self._bodiless_framing:  # in build_response_header: only for the missing Content-Length
+            super().set_close_on_finish()
+
+
+class Channel(HTTPChannel):
+    """waitress's connection, with Weave's request parser and problem+json refusals, kept open
+    after a response without a body (`BodilessKeepAlive`)."""
+
+    task_class = BodilessKeepAlive
     error_task_class = ProblemErrorTask
     parser = None  # the last request parser this connection made
 

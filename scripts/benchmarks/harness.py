@@ -173,10 +173,16 @@ class Http:
 
     def __init__(self, bench: Bench, token: str):
         host, port = bench.base.split("//")[1].rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.address = (host, int(port))
+        self.sock = self._connect()
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         self._unread = b""
+        self.reconnects = 0  # connections the server closed with `Connection: close`, opened again
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(self.address, timeout=30)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
 
     def post(self, path: str, body: dict) -> tuple[int, dict | None]:
         return self._request("POST", path, json.dumps(body).encode())
@@ -185,6 +191,8 @@ class Http:
         return self._request("GET", path, b"")[1]
 
     def _request(self, method: str, path: str, body: bytes) -> tuple[int, dict | None]:
+        if self.sock is None:  # the server closed it after the last answer, as a real client reconnects
+            self.sock, self.reconnects = self._connect(), self.reconnects + 1
         head = "".join(f"{name}: {value}\r\n" for name, value in self.headers.items())
         self.sock.sendall(
             f"{method} /v1/namespaces/{NS}{path} HTTP/1.1\r\nHost: bench\r\n{head}"
@@ -195,14 +203,20 @@ class Http:
             self._unread += self._receive()
         head_bytes, _, rest = self._unread.partition(b"\r\n\r\n")
         lines = head_bytes.split(b"\r\n")
-        status, length = int(lines[0].split()[1]), 0
+        status, length, closing = int(lines[0].split()[1]), 0, False
         for line in lines[1:]:
             name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
+            name = name.strip().lower()
+            if name == b"content-length":
                 length = int(value)
+            elif name == b"connection":
+                closing = value.strip().lower() == b"close"
         while len(rest) < length:
             rest += self._receive()
         data, self._unread = rest[:length], rest[length:]
+        if closing:
+            self.sock.close()
+            self.sock, self._unread = None, b""
         return status, (json.loads(data) if data else None)
 
     def _receive(self) -> bytes:

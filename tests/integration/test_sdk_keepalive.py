@@ -141,6 +141,41 @@ def test_the_calls_of_one_thread_share_one_connection(serve, sdk_of):
     assert served.open_connections() == 1
 
 
+def test_P2_claims_answered_204_keep_their_connection(serve, tenant):
+    """An empty claim (204, no body), at once or after its long-poll, leaves the connection open:
+    waitress alone closed it after every 204, so a worker polling an idle queue paid a connection
+    per claim, and a client reusing its connection met a reset (the bench's e2e section)."""
+    served = serve()
+    worker = sdk_client(served.url, tenant, "tasks:work", actor="worker")
+    try:
+        assert [worker.claim("inventory", "w1") for _ in range(3)] == [None, None, None]
+        assert worker.claim("inventory", "w1", wait_seconds=1) is None
+        assert worker.claim("inventory", "w1") is None
+    finally:
+        worker.close()
+    assert [path.rsplit("/", 1)[1] for _, _, path in served.recorder.seen] == ["claim"] * 5
+    assert len(served.recorder.ports()) == 1
+
+
+def test_a_204_still_closes_a_connection_whose_request_asked_for_it(serve, tenant):
+    served = serve()
+    token = tenant.token("tasks:work", queues=("inventory",))
+    body = b'{"worker_id": "w1"}'
+    head = (
+        f"POST /v1/namespaces/{tenant.namespace}/queues/inventory/claim HTTP/1.1\r\nHost: weave\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as kept:
+        for _ in range(2):
+            kept.sendall(head.encode() + b"\r\n" + body)
+            answer = kept.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 204 ") and b"connection:" not in answer.lower()
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as closing:
+        closing.sendall(head.encode() + b"Connection: close\r\n\r\n" + body)
+        answer = b"".join(iter(lambda: closing.recv(65536), b""))  # to the end: the server closes it
+    assert answer.startswith(b"HTTP/1.1 204 ") and b"\r\nConnection: close\r\n" in answer
+
+
 def test_each_thread_gets_a_connection_of_its_own_and_every_call_succeeds(serve, sdk_of):
     served = serve()
     sdk = sdk_of(served.url)
