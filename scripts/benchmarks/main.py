@@ -1,9 +1,11 @@
 """Benchmarks: Weave over HTTP beside a raw PyMySQL baseline doing the same statements, same run.
 
-    scripts/bench [--only pulse|e2e|signals|routing|latency|consumption|peer|scale|validation|hostile] [--json FILE]   (--help lists every option)
+    scripts/bench [--only pulse|e2e|signals|routing|latency|consumption|peer|batches|sdk|scale|validation|hostile] [--json FILE]   (--help lists every option)
     scripts/bench --only scale --scale-signals 1000000   (flat cost: the figures at a million stored signals)
     scripts/bench --only signals --against main      (signal acceptance: this checkout against a revision)
     scripts/bench --only peer                        (signal acceptance beside DBOS Transact's `send`)
+    scripts/bench --only batches                     (batches of 100 beside single signals and DBOS `send`)
+    scripts/bench --only sdk                         (the SDK's kept-alive connection beside one per call)
     scripts/bench --only hostile --hostile-repeat 100  (issue 26's worst inputs over HTTP: CPU per request, RSS)
 
 Everything runs on this machine: a private database server, `weave serve` and `weave scan` as
@@ -22,7 +24,20 @@ import os
 import time
 from pathlib import Path
 
-from benchmarks import consumption, e2e, hostile, latency, peers, pulse, routing, scale, signals, validation
+from benchmarks import (
+    batches,
+    consumption,
+    e2e,
+    hostile,
+    latency,
+    peers,
+    pulse,
+    routing,
+    scale,
+    sdk,
+    signals,
+    validation,
+)
 from benchmarks.harness import load_averages, running_weave
 from benchmarks.workload import HOT_INSTANCE_SIGNALS
 
@@ -54,11 +69,20 @@ def main(argv: list[str] | None = None) -> int:
             "latency",
             "consumption",
             "peer",
+            "batches",
+            "sdk",
             "scale",
             "validation",
             "hostile",
         ),
     )
+    parser.add_argument(
+        "--batch-signals",
+        type=int,
+        default=8000,
+        help=f"batches: signals per run, sent in batches of {batches.BATCH_SIZE} by 8 clients (and one by one, and by DBOS)",
+    )
+    parser.add_argument("--sdk-signals", type=int, default=1000, help="sdk: signals per run from one thread")
     parser.add_argument("--consumption-signals", type=int, default=2000, help="signals per consumption run")
     parser.add_argument(
         "--against",
@@ -119,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                 "latency": lambda: latency.run(bench, args.latency_signals),
                 "consumption": lambda: consumption.run(bench, args.consumption_signals),
                 "peer": lambda: peers.run(bench, args.signals, args.repeat),
+                "batches": lambda: batches.run(bench, args.batch_signals, args.repeat),
+                "sdk": lambda: sdk.run(bench, args.sdk_signals, args.repeat),
             }
             for name, run in sections.items():  # in this order, on one server
                 if args.only in (None, name):

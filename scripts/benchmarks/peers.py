@@ -176,7 +176,7 @@ def _postgres_cpu_seconds(postmaster: int) -> float:
     return total
 
 
-def _dbos_run(postgres: Postgres, python: Path, threads: int, per_thread: int, destinations: int, run: str) -> tuple:
+def dbos_run(postgres: Postgres, python: Path, threads: int, per_thread: int, destinations: int, run: str) -> tuple:
     """One timed run of the DBOS driver (dbos_driver.py): (sends per second, latencies in
     seconds, [CPU ms per send of the driver, PostgreSQL])."""
     command = [python, DBOS_DRIVER, "--url", postgres.url, "--run", run, "--threads", str(threads)]
@@ -223,7 +223,7 @@ def run(bench: Bench, per_run: int, repeat: int, clients: int = 8, instances: in
         rates, latencies, cpu = alternate(
             {
                 "weave": partial(signal_run, bench, http_sender, instances, clients, per_client),
-                "dbos": partial(_dbos_run, postgres, python, clients, per_client, instances),
+                "dbos": partial(dbos_run, postgres, python, clients, per_client, instances),
             },
             repeat,
             runs,

@@ -19,6 +19,7 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 # imported with scripts/ on the path, as scripts/bench runs them.
 sys.path.insert(0, str(SCRIPTS))
 from benchmarks import (  # noqa: E402
+    batches,
     consumption,
     e2e,
     harness,
@@ -28,6 +29,7 @@ from benchmarks import (  # noqa: E402
     pulse,
     routing,
     scale,
+    sdk,
     signals,
     validation,
 )
@@ -100,6 +102,35 @@ def test_B1_the_routing_section_runs_on_tiny_sizes():
     assert all(len(row["run_ratios"]) == 2 for row in rows)
     # 2 pairs x (4 facts at 1 client + 4 at 2 clients) of each kind, every one in its workflow.
     assert [(row["kind"], row["n"]) for row in stored] == [("a", 16), ("r", 16)]
+
+
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+def test_B8_the_batches_and_sdk_sections_run_on_tiny_sizes():
+    """Issue 31's rows: batches beside single signals (rate, database and API CPU per signal) and
+    beside DBOS `send` where PostgreSQL is found; the SDK kept alive beside a connection per call.
+    Every signal sent is stored once, PENDING on its instance."""
+    with harness.running_weave(threads=4, processes=1) as running:
+        rows = batches.run(running, 20, repeat=1, clients=2, instances=4, size=5)
+        rows += sdk.run(running, 6, repeat=1, instances=2)
+        stored = running.database.read(
+            lambda tx: tx.all(
+                "SELECT LEFT(i.workflow_id, 2) AS run, COUNT(*) AS n FROM signals s JOIN instances i"
+                " ON i.id = s.instance_id WHERE s.status = 'PENDING' GROUP BY run ORDER BY run"
+            )
+        )
+    labels = [row["label"] for row in rows]
+    with_dbos = ["batches of 5 vs DBOS send, 2 clients"] if _postgres_binaries() is not None else []
+    assert labels == [
+        "batches of 5 vs single signals, 2 clients",
+        "database CPU per signal, batches vs singles",
+        "API CPU per signal, batches vs singles",
+        *with_dbos,
+        "SDK send_signal kept alive vs a connection per call, 1 thread",
+    ]
+    assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rows if row["unit"] == "sig/s")
+    # Per run: 2 clients x 10 signals over 4 instances, plus 2 x 10 warm-up signals to one more;
+    # the SDK's: 6 over 2, plus 10 warm-up; instances `s{run}-i` and `warm{run}-0`.
+    assert [(row["run"], row["n"]) for row in stored] == [("sb", 40), ("ss", 12), ("wa", 60)]
 
 
 def test_the_validation_section_runs_on_tiny_sizes():

@@ -1,0 +1,134 @@
+"""The `batches` section: signals sent in batches (`POST {N}/signal-batches`, B8) beside the same
+signals sent one per request, and beside DBOS Transact's `send` where the peer can run (issue 31,
+targets 1 and 2).
+
+Batches, single signals and DBOS run in alternating pairs of the same run (`alternate`), over the
+same kind of fresh instances (`signal_run`), from the same number of clients. Printed: the rate of
+batches beside the single-signal rate (target >= 3x) and beside DBOS's (target >= 1.5x per
+message), and the database CPU and the API CPU per signal of batches beside the single signal's
+(targets <= 0.7x and <= 0.3x), each read from /proc for the whole server as the `signals` section
+reads them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+from benchmarks import peers
+from benchmarks.harness import Bench, Http, alternate, report, report_pairs, summary, tails_text
+from benchmarks.workload import SIGNAL_DEFINITION, WARM_UP_SIGNALS, http_sender, signal_body, signal_run
+
+BATCH_SIZE = 100  # B8's largest batch
+
+
+def batch_sender(size: int):
+    """A sender for `signal_run` whose clients send their signals in batches of `size` (the last one
+    shorter), each item addressed to the instance the single sender would send it to, with the key
+    it would use. Each signal's latency is its batch's: `signal_run` counts signals by latencies."""
+
+    def sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list):
+        clients: dict[int, Http] = {}
+
+        def send_batch(client: Http, addressed: list[tuple[str, str]]) -> float:
+            items = [
+                {**signal_body("o"), "workflow_id": workflow_id, "idempotency_key": key}
+                for workflow_id, key in addressed
+            ]
+            started = time.perf_counter()
+            status, answer = client.post("/signal-batches", {"signals": items})
+            seconds = time.perf_counter() - started
+            assert status == 200, status
+            assert [result["status"] for result in answer["results"]] == [201] * len(items), answer["results"][:3]
+            return seconds
+
+        def prepare(i):
+            clients[i] = Http(bench, bench.client_token)
+            send_batch(clients[i], [(warm_up, f"warm-c{i}-{n}") for n in range(WARM_UP_SIGNALS)])
+
+        def send(i):
+            addressed = [(targets[(i * per_client + n) % len(targets)], f"c{i}-{n}") for n in range(per_client)]
+            for first in range(0, per_client, size):
+                batch = addressed[first : first + size]
+                latencies.extend([send_batch(clients[i], batch)] * len(batch))
+
+        return prepare, send
+
+    return sender
+
+
+def run(
+    bench: Bench, per_run: int, repeat: int, clients: int = 8, instances: int = 200, size: int = BATCH_SIZE
+) -> list[dict]:
+    """`clients` clients each send `per_run // clients` signals (rounded down to whole batches of
+    `size`, at least one) over `instances` fresh instances: in batches, one per request, and (where
+    PostgreSQL and the peer's venv are found) as DBOS `send`s from as many threads over as many
+    destination workflows; `repeat` alternating runs of each."""
+    Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)  # 200 once published
+    per_client = max(size, per_run // clients // size * size)
+    contenders = {
+        "weave": partial(signal_run, bench, batch_sender(size), instances, clients, per_client),
+        "singles": partial(signal_run, bench, http_sender, instances, clients, per_client),
+    }
+    runs = (f"batch{n}" for n in itertools.count())
+    try:
+        binaries, python = peers.postgres_binaries(), peers.dbos_python()
+    except peers.PeerUnavailable as missing:
+        print(f"DBOS peer skipped: {missing}", flush=True)
+        return figures(*alternate(contenders, repeat, runs), clients, size, repeat)
+    with (
+        tempfile.TemporaryDirectory(prefix="weave-bench-pg-") as folder,
+        peers.private_postgres(Path(folder), binaries) as postgres,
+    ):
+        contenders["dbos"] = partial(peers.dbos_run, postgres, python, clients, per_client, instances)
+        measured = alternate(contenders, repeat, runs)
+    return figures(*measured, clients, size, repeat)
+
+
+def figures(rates: dict, latencies: dict, cpu: dict, clients: int, size: int, repeat: int) -> list[dict]:
+    """The printed rows: batches beside single signals (rate, database CPU, API CPU per signal), and
+    beside DBOS when it ran."""
+    ratios, tails, mean_cpu = summary(rates, latencies, cpu, "weave", "singles")
+    batch_cpu, single_cpu = mean_cpu["weave"], mean_cpu["singles"]
+    shown = {"weave": f"batches (per batch of {size})", "singles": "singles"}
+    extra = (
+        tails_text(tails, shown)
+        + "   CPU ms/signal (server, load, db) batches %.2f, %.2f, %.2f singles %.2f, %.2f, %.2f"
+        % (*batch_cpu, *single_cpu)
+        + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
+        + "   (target >= 3)"
+    )
+    rate_row = report_pairs(
+        f"batches of {size} vs single signals, {clients} clients", rates, ratios, "singles", extra, "singles"
+    )
+    rate_row["run_ratios"] = [round(r, 3) for r in ratios]
+    rate_row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in mean_cpu.items()}
+    rows = [rate_row]
+    for label, column, target in (("database", 2, "<= 0.7"), ("API", 0, "<= 0.3")):
+        # In microseconds, so that the printed one decimal shows the difference.
+        row = report(
+            f"{label} CPU per signal, batches vs singles",
+            batch_cpu[column] * 1000,
+            single_cpu[column] * 1000,
+            "us/sig",
+            f"   (target {target})",
+            baseline_name="singles",
+        )
+        rows.append(row)
+    if "dbos" in rates:
+        ratios, tails, mean_cpu = summary(rates, latencies, cpu, "weave", "dbos")
+        extra = (
+            tails_text(tails, {"weave": f"batches (per batch of {size})", "dbos": "dbos"})
+            + "   CPU ms/signal weave (server, load, db) %.2f, %.2f, %.2f dbos (driver, postgres) %.2f, %.2f"
+            % (*mean_cpu["weave"], *mean_cpu["dbos"])
+            + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
+            + "   (target >= 1.5)"
+        )
+        row = report_pairs(f"batches of {size} vs DBOS send, {clients} clients", rates, ratios, "dbos", extra, "dbos")
+        row["peer"] = f"dbos=={peers.DBOS_VERSION}"
+        row["run_ratios"] = [round(r, 3) for r in ratios]
+        rows.append(row)
+    return rows
