@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from benchmarks import peers
-from benchmarks.harness import Bench, Http, alternate, report, report_pairs, summary, tails_text
+from benchmarks.harness import Bench, Http, alternate, pair_row, report
 from benchmarks.workload import SIGNAL_DEFINITION, WARM_UP_SIGNALS, http_sender, signal_body, signal_run
 
 BATCH_SIZE = 100  # B8's largest batch
@@ -78,57 +78,43 @@ def run(
         binaries, python = peers.postgres_binaries(), peers.dbos_python()
     except peers.PeerUnavailable as missing:
         print(f"DBOS peer skipped: {missing}", flush=True)
-        return figures(*alternate(contenders, repeat, runs), clients, size, repeat)
+        return figures(alternate(contenders, repeat, runs), clients, size)
     with (
         tempfile.TemporaryDirectory(prefix="weave-bench-pg-") as folder,
         peers.private_postgres(Path(folder), binaries) as postgres,
     ):
         contenders["dbos"] = partial(peers.dbos_run, postgres, python, clients, per_client, instances)
         measured = alternate(contenders, repeat, runs)
-    return figures(*measured, clients, size, repeat)
+    return figures(measured, clients, size)
 
 
-def figures(rates: dict, latencies: dict, cpu: dict, clients: int, size: int, repeat: int) -> list[dict]:
+def figures(measured: tuple, clients: int, size: int) -> list[dict]:
     """The printed rows: batches beside single signals (rate, database CPU, API CPU per signal), and
     beside DBOS when it ran."""
-    ratios, tails, mean_cpu = summary(rates, latencies, cpu, "weave", "singles")
-    batch_cpu, single_cpu = mean_cpu["weave"], mean_cpu["singles"]
-    shown = {"weave": f"batches (per batch of {size})", "singles": "singles"}
-    extra = (
-        tails_text(tails, shown)
-        + "   CPU ms/signal (server, load, db) batches %.2f, %.2f, %.2f singles %.2f, %.2f, %.2f"
-        % (*batch_cpu, *single_cpu)
-        + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
-        + "   (target >= 3)"
+    shown = {"weave": f"batches (latency per batch of {size})", "singles": "singles"}
+    parts = {"weave": "server, load, db", "singles": "server, load, db", "dbos": "driver, postgres"}
+    row, mean_cpu = pair_row(
+        f"batches of {size} vs single signals, {clients} clients", measured, "singles", shown, parts, "   (target >= 3)"
     )
-    rate_row = report_pairs(
-        f"batches of {size} vs single signals, {clients} clients", rates, ratios, "singles", extra, "singles"
-    )
-    rate_row["run_ratios"] = [round(r, 3) for r in ratios]
-    rate_row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in mean_cpu.items()}
-    rows = [rate_row]
+    rows = [row]
     for label, column, target in (("database", 2, "<= 0.7"), ("API", 0, "<= 0.3")):
         # In microseconds, so that the printed one decimal shows the difference.
-        row = report(
-            f"{label} CPU per signal, batches vs singles",
-            batch_cpu[column] * 1000,
-            single_cpu[column] * 1000,
-            "us/sig",
-            f"   (target {target})",
-            baseline_name="singles",
+        batch, single = mean_cpu["weave"][column] * 1000, mean_cpu["singles"][column] * 1000
+        rows.append(
+            report(
+                f"{label} CPU per signal, batches vs singles",
+                batch,
+                single,
+                "us/sig",
+                f"   (target {target})",
+                baseline_name="singles",
+            )
         )
-        rows.append(row)
-    if "dbos" in rates:
-        ratios, tails, mean_cpu = summary(rates, latencies, cpu, "weave", "dbos")
-        extra = (
-            tails_text(tails, {"weave": f"batches (per batch of {size})", "dbos": "dbos"})
-            + "   CPU ms/signal weave (server, load, db) %.2f, %.2f, %.2f dbos (driver, postgres) %.2f, %.2f"
-            % (*mean_cpu["weave"], *mean_cpu["dbos"])
-            + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
-            + "   (target >= 1.5)"
+    if "dbos" in measured[0]:
+        shown = {"weave": shown["weave"], "dbos": "dbos"}
+        row, _ = pair_row(
+            f"batches of {size} vs DBOS send, {clients} clients", measured, "dbos", shown, parts, "   (target >= 1.5)"
         )
-        row = report_pairs(f"batches of {size} vs DBOS send, {clients} clients", rates, ratios, "dbos", extra, "dbos")
         row["peer"] = f"dbos=={peers.DBOS_VERSION}"
-        row["run_ratios"] = [round(r, 3) for r in ratios]
         rows.append(row)
     return rows

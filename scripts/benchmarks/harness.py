@@ -347,6 +347,31 @@ def with_workers(pid: int) -> list[int]:
     return [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
 
 
+def pair_row(label: str, measured: tuple, second: str, shown: dict[str, str], parts: dict[str, str], note: str = ""):
+    """`report_pairs` of "weave" beside `second` from `alternate`'s (rates, latencies, CPU splits),
+    printed with each contender's p50/p99 and mean CPU split under the name `shown` gives it (the
+    parts of its split named by `parts`), the run ratios and `note`. (The row, with `run_ratios`,
+    Weave's `p50_ms` and `p99_ms`, the second's `{second}_p50_ms` and `{second}_p99_ms`, and
+    `cpu_ms_per_signal`; the mean CPU splits by contender.)"""
+    rates, latencies, cpu = measured
+    ratios, tails, mean_cpu = summary(rates, latencies, cpu, "weave", second)
+    extra = (
+        tails_text(tails, shown)
+        + "   CPU ms/signal "
+        + " ".join(
+            f"{shown[name]} ({parts[name]}) {', '.join(f'{value:.2f}' for value in mean_cpu[name])}" for name in shown
+        )
+        + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if len(ratios) > 1 else "")
+        + note
+    )
+    row = report_pairs(label, rates, ratios, second, extra, shown[second])
+    row["run_ratios"] = [round(r, 3) for r in ratios]
+    for name, prefix in (("weave", ""), (second, f"{second}_")):
+        row[f"{prefix}p50_ms"], row[f"{prefix}p99_ms"] = round(tails[name][0], 1), round(tails[name][1], 1)
+    row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in mean_cpu.items()}
+    return row, mean_cpu
+
+
 def rss_kib(pid: int) -> int:
     total = 0
     for each in with_workers(pid):

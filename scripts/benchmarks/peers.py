@@ -24,10 +24,8 @@ from benchmarks.harness import (
     Http,
     alternate,
     cpu_seconds,
-    report_pairs,
+    pair_row,
     stat_fields,
-    summary,
-    tails_text,
     with_workers,
 )
 from benchmarks.workload import SIGNAL_DEFINITION, http_sender, signal_run
@@ -220,7 +218,7 @@ def run(bench: Bench, per_run: int, repeat: int, clients: int = 8, instances: in
         tempfile.TemporaryDirectory(prefix="weave-bench-pg-") as folder,
         private_postgres(Path(folder), binaries) as postgres,
     ):
-        rates, latencies, cpu = alternate(
+        measured = alternate(
             {
                 "weave": partial(signal_run, bench, http_sender, instances, clients, per_client),
                 "dbos": partial(dbos_run, postgres, python, clients, per_client, instances),
@@ -228,19 +226,12 @@ def run(bench: Bench, per_run: int, repeat: int, clients: int = 8, instances: in
             repeat,
             runs,
         )
-    ratios, tails, mean_cpu = summary(rates, latencies, cpu, "weave", "dbos")
-    extra = (
-        tails_text(tails, {"weave": "weave", "dbos": "dbos"})
-        + "   CPU ms/signal weave (server, load, db) %.2f, %.2f, %.2f dbos (driver, postgres) %.2f, %.2f"
-        % (*mean_cpu["weave"], *mean_cpu["dbos"])
-        + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
-    )
-    row = report_pairs(
-        f"signals vs DBOS send, {instances} instances, {clients} clients", rates, ratios, "dbos", extra, "dbos"
+    row, _ = pair_row(
+        f"signals vs DBOS send, {instances} instances, {clients} clients",
+        measured,
+        "dbos",
+        {"weave": "weave", "dbos": "dbos"},
+        {"weave": "server, load, db", "dbos": "driver, postgres"},
     )
     row["peer"] = f"dbos=={DBOS_VERSION}"
-    row["run_ratios"] = [round(r, 3) for r in ratios]
-    row["p50_ms"], row["p99_ms"] = round(tails["weave"][0], 1), round(tails["weave"][1], 1)
-    row["dbos_p50_ms"], row["dbos_p99_ms"] = round(tails["dbos"][0], 1), round(tails["dbos"][1], 1)
-    row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in mean_cpu.items()}
     return [row]

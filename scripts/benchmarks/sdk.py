@@ -13,7 +13,7 @@ import itertools
 import time
 from functools import partial
 
-from benchmarks.harness import NS, Bench, Http, alternate, report_pairs, summary, tails_text
+from benchmarks.harness import NS, Bench, Http, alternate, pair_row
 from benchmarks.workload import SIGNAL_DEFINITION, WARM_UP_SIGNALS, signal_body, signal_run
 from weave.sdk import Client
 
@@ -52,25 +52,20 @@ def run(bench: Bench, per_run: int, repeat: int, instances: int = 200) -> list[d
     connection per call in `repeat` alternating pairs."""
     Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)  # 200 once published
     runs = (f"sdk{n}" for n in itertools.count())
-    rates, latencies, cpu = alternate(
+    measured = alternate(
         {
             "weave": partial(signal_run, bench, sdk_sender(kept_alive=True), instances, 1, per_run),
-            "per call": partial(signal_run, bench, sdk_sender(kept_alive=False), instances, 1, per_run),
+            "per_call": partial(signal_run, bench, sdk_sender(kept_alive=False), instances, 1, per_run),
         },
         repeat,
         runs,
     )
-    ratios, tails, mean_cpu = summary(rates, latencies, cpu, "weave", "per call")
-    extra = (
-        tails_text(tails, {"weave": "kept alive", "per call": "new connection per call"})
-        + "   CPU ms/signal (server, load, db) kept alive %.2f, %.2f, %.2f per call %.2f, %.2f, %.2f"
-        % (*mean_cpu["weave"], *mean_cpu["per call"])
-        + (f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}" if repeat > 1 else "")
-        + "   (target >= 1.3)"
+    row, _ = pair_row(
+        "SDK send_signal kept alive vs a connection per call, 1 thread",
+        measured,
+        "per_call",
+        {"weave": "kept alive", "per_call": "a connection per call"},
+        {"weave": "server, load, db", "per_call": "server, load, db"},
+        "   (target >= 1.3)",
     )
-    row = report_pairs(
-        "SDK send_signal kept alive vs a connection per call, 1 thread", rates, ratios, "per call", extra, "per call"
-    )
-    row["run_ratios"] = [round(r, 3) for r in ratios]
-    row["cpu_ms_per_signal"] = {name: [round(v, 2) for v in split] for name, split in mean_cpu.items()}
     return [row]
