@@ -13,6 +13,7 @@ reads them.
 from __future__ import annotations
 
 import itertools
+import math
 import tempfile
 import time
 from functools import partial
@@ -60,15 +61,23 @@ def batch_sender(size: int):
     return sender
 
 
-def run(
-    bench: Bench, per_run: int, repeat: int, clients: int = 8, instances: int = 200, size: int = BATCH_SIZE
-) -> list[dict]:
-    """`clients` clients each send `per_run // clients` signals (rounded down to whole batches of
-    `size`, at least one) over `instances` fresh instances: in batches, one per request, and (where
-    PostgreSQL and the peer's venv are found) as DBOS `send`s from as many threads over as many
-    destination workflows; `repeat` alternating runs of each."""
+def run(bench: Bench, per_run: int, repeat: int, clients: int = 8, size: int = BATCH_SIZE) -> list[dict]:
+    """`clients` clients each send about `per_run // clients` signals over `clients * size` fresh
+    instances: in batches of `size`, one per request, and (where PostgreSQL and the peer's venv are
+    found) as DBOS `send`s from as many threads over as many destination workflows; `repeat`
+    alternating runs of each.
+
+    Client i sends its n-th signal to instance (i * per_client + n) mod instances (`signal_run`'s
+    senders). Each client's share is a whole number of batches prime to the number of clients, so
+    that the clients start at distinct multiples of `size`: at any moment each batch holds instances
+    no other client's batch holds (a batch locks all of its instances at once; batches in lockstep
+    over the same instances would measure lock waits, not batches)."""
     Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)  # 200 once published
-    per_client = max(size, per_run // clients // size * size)
+    instances = clients * size
+    batches = max(1, per_run // clients // size)
+    while math.gcd(batches, clients) != 1:
+        batches -= 1
+    per_client = batches * size
     contenders = {
         "weave": partial(signal_run, bench, batch_sender(size), instances, clients, per_client),
         "singles": partial(signal_run, bench, http_sender, instances, clients, per_client),

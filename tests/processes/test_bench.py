@@ -110,7 +110,7 @@ def test_B8_the_batches_and_sdk_sections_run_on_tiny_sizes():
     beside DBOS `send` where PostgreSQL is found; the SDK kept alive beside a connection per call.
     Every signal sent is stored once, PENDING on its instance."""
     with harness.running_weave(threads=4, processes=1) as running:
-        rows = batches.run(running, 20, repeat=1, clients=2, instances=4, size=5)
+        rows = batches.run(running, 30, repeat=1, clients=2, size=5)
         rows += sdk.run(running, 6, repeat=1, instances=2)
         stored = running.database.read(
             lambda tx: tx.all(
@@ -128,9 +128,9 @@ def test_B8_the_batches_and_sdk_sections_run_on_tiny_sizes():
         "SDK send_signal kept alive vs a connection per call, 1 thread",
     ]
     assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rows if row["unit"] == "sig/s")
-    # Per run: 2 clients x 10 signals over 4 instances, plus 2 x 10 warm-up signals to one more;
-    # the SDK's: 6 over 2, plus 10 warm-up; instances `s{run}-i` and `warm{run}-0`.
-    assert [(row["run"], row["n"]) for row in stored] == [("sb", 40), ("ss", 12), ("wa", 60)]
+    # Per run: 2 clients x 3 batches of 5 over 10 instances, plus 2 x 10 warm-up signals to one
+    # more; the SDK's: 6 over 2, plus 10 warm-up; instances `s{run}-i` and `warm{run}-0`.
+    assert [(row["run"], row["n"]) for row in stored] == [("sb", 60), ("ss", 12), ("wa", 60)]
 
 
 def test_the_validation_section_runs_on_tiny_sizes():
