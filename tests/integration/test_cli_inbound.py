@@ -7,26 +7,13 @@ import io
 import json
 
 import pytest
+from helpers import STRIPE_MAPPING
 
 from weave.cli import main
 from weave.secretbox import SECRET_KEY_VARIABLE, Keyring, new_key
 from weave.sql import inbound
 
-# The example of docs/rules.md#webhooks (W3): a plainly valid stripe mapping.
-MAPPING = {
-    "event_type": "/type",
-    "idempotency_key": "/id",
-    "rules": [
-        {
-            "event": "payment_intent.succeeded",
-            "name": "payment.settled",
-            "payload_version": "v1",
-            "correlation_key": "/data/object/metadata/order_id",
-            "payload": "/data/object",
-            "reason": "Stripe: payment succeeded",
-        }
-    ],
-}
+MAPPING = STRIPE_MAPPING
 SECRET = "whsec_" + base64.b64encode(b"a secret of thirty-two bytes!!!!").decode()
 SECRET_KEY = new_key()
 

@@ -11,24 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 import pytest
+from helpers import STRIPE_MAPPING
 
 from weave.db import DatabaseError
 from weave.errors import Code, WeaveError
 from weave.secretbox import Keyring, new_key
 from weave.sql import inbound, tenancy
 
-MAPPING = {
-    "event_type": "/type",
-    "rules": [
-        {
-            "event": "payment_intent.succeeded",
-            "name": "payment.settled",
-            "payload_version": "v1",
-            "correlation_key": "/data/object/metadata/order_id",
-            "reason": "Stripe: payment succeeded",
-        }
-    ],
-}
+MAPPING = STRIPE_MAPPING
 MAPPING_TEXT = json.dumps(MAPPING, indent=2)
 
 

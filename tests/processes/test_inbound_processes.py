@@ -22,7 +22,7 @@ import load
 import pytest
 import standardwebhooks
 import stripe
-from helpers import make_tenant, wait_until
+from helpers import STRIPE_MAPPING, make_tenant, wait_until
 
 from weave import secretbox
 from weave.cli.demo import PAYMENT_STEP
@@ -47,19 +47,7 @@ MAPPINGS = {
             }
         ],
     },
-    "stripe": {
-        "event_type": "/type",
-        "rules": [
-            {
-                "event": "payment_intent.succeeded",
-                "name": "payment.settled",
-                "payload_version": "v1",
-                "correlation_key": "/data/object/metadata/order_id",
-                "payload": "/data/object",
-                "reason": "Stripe: payment succeeded",
-            }
-        ],
-    },
+    "stripe": STRIPE_MAPPING,
     "github": {
         "rules": [
             {

@@ -348,6 +348,23 @@ RECEIPT_FIELDS = (
 )
 
 
+# The Stripe mapping of docs/webhooks.md and of W3's text (docs/rules.md#webhooks): a plainly valid one.
+STRIPE_MAPPING = {
+    "event_type": "/type",
+    "idempotency_key": "/id",
+    "rules": [
+        {
+            "event": "payment_intent.succeeded",
+            "name": "payment.settled",
+            "payload_version": "v1",
+            "correlation_key": "/data/object/metadata/order_id",
+            "payload": "/data/object",
+            "reason": "Stripe: payment succeeded",
+        }
+    ],
+}
+
+
 def payment(correlation_key: str = "o-1", sequence: int = 1, **overrides) -> dict:
     body = {**payment_signal(correlation_key, reason="PSP webhook settled the payment", sequence=sequence), **overrides}
     return {k: v for k, v in body.items() if v is not ABSENT}

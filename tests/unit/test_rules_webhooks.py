@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 import pytest
 import stripe
+from helpers import STRIPE_MAPPING
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
@@ -450,20 +451,6 @@ def test_W2_no_signature_at_all_is_unverified(scheme):
 
 # ---- the mapping document (W3) ---------------------------------------------------------------------------------------
 
-STRIPE_MAPPING = {  # the example of docs/webhooks.md and of the rule's text
-    "event_type": "/type",
-    "idempotency_key": "/id",
-    "rules": [
-        {
-            "event": "payment_intent.succeeded",
-            "name": "payment.settled",
-            "payload_version": "v1",
-            "correlation_key": "/data/object/metadata/order_id",
-            "payload": "/data/object",
-            "reason": "Stripe: payment succeeded",
-        }
-    ],
-}
 GITHUB_MAPPING = {
     "rules": [
         {
