@@ -68,24 +68,20 @@ def prepared(database, principal, item: dict) -> tuple[str | None, SignalRequest
     single request's order (the path's workflow_id, the key, the body, its sizes) and its quota
     taken (S1.3); else the single request's refusal is raised."""
     body = {name: value for name, value in item.items() if name not in ITEM_MEMBERS}
-    if "workflow_id" not in item:
-        key = single.checked_key(item.get("idempotency_key"), "idempotency_key", "/idempotency_key")
-        validate("route_signal", body)
-        request = single.route_request(key, body)
-        single.take_quota(database, principal)
-        return None, request
-    workflow_id = item["workflow_id"]
-    if not isinstance(workflow_id, str):
-        rule = PATH_IDS["workflow_id"].description
-        raise WeaveError(
-            Code.VALIDATION_FAILED,
-            f"/workflow_id: a string of {rule}",
-            [{"pointer": "/workflow_id", "message": f"a string of {rule}"}],
-        )
-    check_path_ids({"workflow_id": workflow_id}, Code.WORKFLOW_NOT_FOUND)  # 404, as the single request's path
+    workflow_id = item.get("workflow_id")
+    if "workflow_id" in item:
+        if not isinstance(workflow_id, str):
+            rule = PATH_IDS["workflow_id"].description
+            raise WeaveError(
+                Code.VALIDATION_FAILED,
+                f"/workflow_id: a string of {rule}",
+                [{"pointer": "/workflow_id", "message": f"a string of {rule}"}],
+            )
+        check_path_ids({"workflow_id": workflow_id}, Code.WORKFLOW_NOT_FOUND)  # 404, as the single request's path
+    schema, build = ("route_signal", single.route_request) if workflow_id is None else ("signal", single.signal_request)
     key = single.checked_key(item.get("idempotency_key"), "idempotency_key", "/idempotency_key")
-    validate("signal", body)
-    request = single.signal_request(key, body)
+    validate(schema, body)
+    request = build(key, body)
     single.take_quota(database, principal)
     return workflow_id, request
 
