@@ -99,6 +99,37 @@ class DeliveryOutcome(StrEnum):
     UNMAPPABLE = "UNMAPPABLE"  # the mapping cannot make a valid fact of it (422)
 
 
+class NotifyEvent(StrEnum):
+    """The event types a subscription may receive (docs/rules.md#notifications, N1). The order is
+    stored: bit i of `notify_subscriptions.event_mask` is the i-th type (append, never reorder)."""
+
+    NEEDS_REVIEW = "workflow.needs_review"
+    SUCCEEDED = "workflow.succeeded"
+    FAILED = "workflow.failed"
+    CANCELLED = "workflow.cancelled"
+    SIGNAL_SETTLED = "signal.settled"
+    DEADLINE_NEAR = "wait.deadline_near"
+
+    @property
+    def bit(self) -> int:
+        return 1 << list(NotifyEvent).index(self)
+
+
+class SubscriptionStatus(StrEnum):
+    """Whether a subscription sends (N1, N3): a disabled one sends nothing more."""
+
+    ENABLED = "ENABLED"
+    DISABLED = "DISABLED"
+
+
+class NotificationStatus(StrEnum):
+    """Where a notification of the outbox stands (N2, N3)."""
+
+    PENDING = "PENDING"  # to be (re)tried at its due_at
+    DELIVERED = "DELIVERED"  # an attempt was answered 2xx
+    DROPPED = "DROPPED"  # its subscription was disabled or deleted before it was delivered
+
+
 # constraint name -> (table, column, the enum its values must be one of); a NULL passes a CHECK.
 CHECKS: dict[str, tuple[str, str, type[StrEnum]]] = {
     "ck_instances_status": ("instances", "status", InstanceStatus),
@@ -111,4 +142,6 @@ CHECKS: dict[str, tuple[str, str, type[StrEnum]]] = {
     "ck_inbox_events_status": ("inbox_events", "status", InboxStatus),
     "ck_inbox_events_outcome": ("inbox_events", "outcome", TaskOutcome),
     "ck_inbound_deliveries_outcome": ("inbound_deliveries", "outcome", DeliveryOutcome),  # migration 0019
+    "ck_notify_subscriptions_status": ("notify_subscriptions", "status", SubscriptionStatus),  # migration 0021
+    "ck_notifications_status": ("notifications", "status", NotificationStatus),  # migration 0021
 }

@@ -46,6 +46,7 @@ SHIPPED = [
     "0018.unrouted_facts",
     "0019.inbound",
     "0020.scanner_processes",
+    "0021.notifications",
 ]
 
 
