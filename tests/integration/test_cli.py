@@ -507,6 +507,30 @@ def test_issue_28_14_version_prints_the_package_version_and_exits_0():
     assert weave.__version__.count(".") == 2 and all(part.isdigit() for part in weave.__version__.split("."))
 
 
+@pytest.mark.parametrize("argv", [["admin", "stats"], ["admin", "stats", "--json"]])
+def test_issue_34_5_a_reader_that_leaves_ends_the_command_quietly(argv, env_url):
+    """`weave … | head`: the reader is gone before the command writes (its end of the pipe is
+    closed before the command starts); the command exits as a shell's SIGPIPE does, no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "weave.cli", *argv], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_issue_34_5_with_json_an_admin_error_is_a_problem_document(env_url, capsys):
+    assert main(["admin", "namespace", "create", "shop"]) == 0
+    capsys.readouterr()
+    assert main(["admin", "namespace", "create", "shop", "--json"]) == 1
+    printed = capsys.readouterr()
+    problem = json.loads(printed.err)
+    assert printed.out == "" and problem["status"] == 409 and "already exists" in problem["detail"]
+
+
 def test_issue_28_14_a_bare_weave_prints_the_help_on_stdout_and_exits_0(capsys):
     assert main([]) == 0
     printed = capsys.readouterr()

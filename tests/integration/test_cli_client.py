@@ -287,6 +287,30 @@ def test_errors_and_missing_settings(ops, capsys, monkeypatch, live_url):
     assert usage.value.code == 2 and "is not JSON" in capsys.readouterr().err
 
 
+def test_with_json_an_error_prints_its_problem_document_on_stderr(ops, flow, capsys):
+    """Issue 34 item 5: a program that reads `--json` answers reads errors the same way: the
+    server's problem+json as it answered it, one line on standard error; and one made in the same
+    shape for an error without an answer."""
+    code, out, err = run(capsys, "workflow", "show", "no-such-order", "--json")
+    assert (code, out) == (1, "")
+    problem = json.loads(err)
+    assert (problem["code"], problem["status"], problem["type"]) == (
+        "WORKFLOW_NOT_FOUND",
+        404,
+        "urn:weave:problem:WORKFLOW_NOT_FOUND",
+    )
+    ops.publish_definition(task_steps("reserve"))
+    ops.start_workflow("flow", 1, {}, 3600, workflow_id="order-1")
+    argv = ("workflow", "review", "order-1", "--action", "complete_step", "--reason", "x", "--json")
+    code, _, err = run(capsys, *argv)
+    problem = json.loads(err)
+    assert code == 1 and problem["code"] == "VALIDATION_FAILED" and "pointer" in problem["errors"][0]
+    argv = ("workflow", "show", "order-1", "--url", "http://127.0.0.1:9", "--timeout", "2", "--json")
+    code, _, err = run(capsys, *argv)
+    problem = json.loads(err)
+    assert code == 1 and (problem["code"], problem["status"]) == ("CONNECTION_FAILED", None)
+
+
 def test_D5_definition_publish_list_and_show(ops, capsys, tmp_path, monkeypatch):
     document = signal_flow_definition()
     path = tmp_path / "flow.json"

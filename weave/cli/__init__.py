@@ -11,6 +11,7 @@ starts a private server in ./.weave/ when neither is given.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import weave
@@ -65,7 +66,9 @@ from weave.config import (
     DEFAULT_THREADS,
 )
 from weave.db import DatabaseError
-from weave.errors import WeaveError
+from weave.errors import Code, WeaveError, problem_text
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
 
 # ---- parser --------------------------------------------------------------------------------------
 
@@ -248,7 +251,30 @@ def _log_format_argument(p: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _failed(args, code: Code, detail: str, errors: list[dict] | None = None) -> int:
+    """A command's failure on standard error, exit status 1: `weave: DETAIL`, or with `--json` the
+    problem+json document the API would answer (a program reads errors as it reads answers)."""
+    if getattr(args, "json", False):
+        print(problem_text(code, detail, errors), file=sys.stderr)
+    else:
+        print(f"weave: {detail}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # inside the try: a reader that left is found here, not at exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`weave workflow show ID | head`): what is left to print has no one
+        # to read it. Python would print a traceback when it flushes stdout at exit; point stdout
+        # at /dev/null first, and exit as a program killed by SIGPIPE does in a shell.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:  # a bare `weave`: what it can do, on stdout, and success
@@ -260,11 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except WeaveError as exc:
-        print(f"weave: {exc.detail}", file=sys.stderr)
-        return 1
-    except (DatabaseError, ValueError, migrate.MigrationsMissing) as exc:
-        print(f"weave: {exc}", file=sys.stderr)
-        return 1
+        return _failed(args, exc.code, exc.detail, exc.errors)
+    except (DatabaseError, migrate.MigrationsMissing) as exc:
+        return _failed(args, Code.UNAVAILABLE, str(exc))
+    except ValueError as exc:
+        return _failed(args, Code.BAD_REQUEST, str(exc))
     except KeyboardInterrupt:
         return 130
 

@@ -22,7 +22,8 @@ The server, token and namespace come from `--url`/`WEAVE_URL` (default http://12
 `--token`/`WEAVE_TOKEN` and `--namespace`/`WEAVE_NAMESPACE`. A JSON argument is given inline or
 as `@file.json` (`@-` reads standard input) and is sent exactly (decimals and member order kept).
 `--json` prints what the server answered as one JSON object instead of tables. An error answer
-prints its problem code, detail and pointers to standard error and exits 1. `weave definition …`
+prints its problem code, detail and pointers to standard error and exits 1 (with `--json`, its
+problem+json document, one line, as the server answered it). `weave definition …`
 is in `weave.cli.definitions`, on the helpers here.
 """
 
@@ -118,6 +119,9 @@ def _command(
         try:
             run(client, args)
         except sdk.WeaveError as exc:
+            if getattr(args, "json", False):  # a program reads the error as it reads an answer
+                print(sdk.dumps(exc.problem), file=sys.stderr)
+                return 1
             print(f"weave: {exc.code}: {exc.detail}", file=sys.stderr)
             for error in exc.errors:
                 print(f"  {error.get('pointer') or '/'}: {error.get('message', '')}", file=sys.stderr)

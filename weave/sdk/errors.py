@@ -43,6 +43,23 @@ class WeaveError(Exception):
         self.errors = errors or []
         self.title = title
         self.retry_after = retry_after
+        self.document: dict | None = None  # the problem document the server answered, as it answered it
+
+    @property
+    def problem(self) -> dict:
+        """The error as a problem+json document (RFC 9457): the server's own, every member kept,
+        or, for an error without one (no answer, an answer that was not a problem), one made in the
+        same shape, with the code Weave's clients know it by."""
+        if self.document is not None:
+            return self.document
+        return {
+            "type": f"urn:weave:problem:{self.code}",
+            "title": self.title or self.code.replace("_", " ").capitalize(),
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+            "errors": self.errors,
+        }
 
 
 # ---- one class per code -------------------------------------------------------------------------
@@ -228,7 +245,7 @@ def from_answer(status: int, retry_after: str | None, body: Any) -> WeaveError:
     seconds = retry_after_seconds(retry_after)
     if isinstance(body, dict) and isinstance(body.get("code"), str):
         errors = body.get("errors")
-        return error_class(body["code"])(
+        error = error_class(body["code"])(
             body["code"],
             status,
             str(body.get("detail") or body.get("title") or ""),
@@ -236,5 +253,7 @@ def from_answer(status: int, retry_after: str | None, body: Any) -> WeaveError:
             title=body.get("title"),
             retry_after=seconds,
         )
+        error.document = body
+        return error
     cls = _BY_STATUS.get(status, InvalidResponse)
     return cls(cls.code, status, f"HTTP {status} without a problem document", retry_after=seconds)
