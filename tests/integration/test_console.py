@@ -429,6 +429,9 @@ def test_I6_the_page_of_a_running_workflow_past_its_deadline_says_why_its_gate_i
     page = console.get(PAGE).text
     assert re.search(r'id="workflow-gate">CLOSED<', page) and 'id="gate-reason"' in page
     assert 'id="form-extend_deadline"' in page and "DEADLINE_PASSED" in page  # in the history
+    # Issue 34 item 5: the total deadline is drawn, and "now" has its legend entry.
+    assert page.count('class="line-total-deadline"') == 1 and "swatch line-total-deadline" in page
+    assert 'class="now"' in page and '<span class="swatch now"></span>now</li>' in page
 
 
 def test_pause_resume_and_cancel(console, operator, flow):
@@ -442,6 +445,7 @@ def test_pause_resume_and_cancel(console, operator, flow):
     assert console.act("cancel", reason="customer left").status_code == 303 and status_of(flow) == "CANCELLED"
     ended = console.get(PAGE).text
     assert 'id="form-' not in ended and 'class="now"' not in ended  # no actions, and no "now" on its timeline
+    assert "swatch now" not in ended and "beyond the right end" in ended  # its 3,600 s deadline is far off
 
 
 def test_a_poll_steps_query_rounds_are_shown_with_their_reports(console, operator, flow, clock):

@@ -15,8 +15,13 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def instance(status="NEEDS_REVIEW", updated=700):
-    return {"status": status, "created_at": T0, "updated_at": at(updated)}
+def instance(status="NEEDS_REVIEW", updated=700, deadline=None):
+    return {
+        "status": status,
+        "created_at": T0,
+        "updated_at": at(updated),
+        "deadline_at": None if deadline is None else at(deadline),
+    }
 
 
 def activation(id_, key, sequence, status, start, settled=None, reason=None):
@@ -132,6 +137,51 @@ def test_a_waiting_deadline_ahead_widens_the_axis_and_signals_of_no_step_get_a_l
     assert drawing.now.x < deadline.x <= timeline.WIDTH - timeline.RIGHT
     assert [lane.label for lane in drawing.lanes] == ["payment", "track", "(no step)"]
     assert drawing.marks[0].y > drawing.lanes[2].y
+
+
+def test_issue_34_5_signals_at_the_same_instant_are_stacked_and_their_lane_widens_under_them():
+    same = [signal(11, "payment", 100, "PENDING", None), signal(12, "payment", 100), signal(13, "payment", 100.5)]
+    alone = [signal(14, "payment", 500)]
+    drawing = timeline.draw(
+        STEPS,
+        instance(),
+        [activation(1, "payment", 1, "NEEDS_REVIEW", 0, 600, "WAIT_EXPIRED")],
+        [wait("payment", 1, 600)],
+        [],
+        [*same, *alone],
+        at(700),
+    )
+    marks = {int(mark.label): mark for mark in drawing.marks}
+    rows = sorted(marks[i].y for i in (11, 12, 13))
+    assert rows[1] - rows[0] == rows[2] - rows[1] == timeline.MARK_ROW  # three rows, none drawn over another
+    assert marks[14].y == rows[0]  # a mark with room on the first row stays there
+    payment, track = drawing.lanes[:2]
+    assert payment.stacked == 2 * timeline.MARK_ROW and payment.height == timeline.LANE + 2 * timeline.MARK_ROW
+    assert track.y == payment.y + payment.height and track.stacked == 0
+    (bar,) = drawing.bars
+    assert bar.y > rows[2] + 6  # the activation's bar sits below the lowest row of marks
+    (deadline,) = drawing.lines
+    assert deadline.y2 <= payment.y + payment.height
+
+
+def test_issue_34_5_rows_go_to_the_first_row_that_has_room():
+    assert timeline.mark_rows([(0, 20), (10, 30), (25, 40), (35, 50)]) == [0, 1, 0, 1]
+    assert timeline.mark_rows([]) == []
+
+
+def test_issue_34_5_the_total_deadline_is_a_line_across_every_lane_or_a_note_beyond_the_axis():
+    inside = timeline.draw(
+        STEPS, instance("RUNNING", deadline=50), [activation(1, "payment", 1, "ACTIVE", 0)], [], [], [], at(60)
+    )
+    line = inside.total_deadline
+    assert line is not None and line.kind == "total-deadline" and "07:00:50Z" in line.title
+    assert inside.now.x > line.x and (line.y1, line.y2) == (timeline.AXIS, inside.height)
+    assert inside.total_deadline_beyond is None
+    beyond = timeline.draw(
+        STEPS, instance("RUNNING", deadline=86400), [activation(1, "payment", 1, "ACTIVE", 0)], [], [], [], at(60)
+    )
+    assert beyond.total_deadline is None and beyond.total_deadline_beyond == "2026-12-01 07:00:00Z"
+    assert max(tick.x for tick in beyond.ticks) <= timeline.WIDTH - timeline.RIGHT  # the axis did not stretch to it
 
 
 def test_times_keep_their_microseconds_only_when_there_are_some():

@@ -2,8 +2,10 @@
 
 A pure function of the facts (no I/O): one lane per step of the pinned definition; each
 activation a bar from its activation to its settling (or now); each wait's deadline a line across
-its lane; each signal a mark on its target step's lane at its acceptance time, classed by its
-disposition; each query round of a POLL step a thin bar under the step's bars from the time it
+its lane; the instance's total deadline a line across every lane (or, beyond the axis, a note);
+each signal a mark on its target step's lane at its acceptance time, classed by its disposition,
+marks that would overlap (signals accepted at about the same time) stacked in rows that widen
+their lane; each query round of a POLL step a thin bar under the step's bars from the time it
 could be claimed to its report. Everything carries a `title` (the SVG tooltip) in words.
 
 The signals and rounds drawn are those the page lists (one page of each): the drawing is as
@@ -29,6 +31,9 @@ NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 108
 MAX_TICKS = 8
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 REPORT_IN_TITLE = 120  # characters of a round's report in its tooltip
+MARK_ROW = 13  # the height of one row of stacked signal marks
+MARK_LEFT = 7  # a mark's diamond reaches this far left of its time
+MARK_LABEL_CHAR = 6.5  # the width of one character of a mark's label (10.5 px text), with room
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class Lane:
     label: str
     y: float
     height: float
+    stacked: float = 0  # the extra height of its rows of signal marks beyond the first; its bars sit below them
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,8 @@ class Drawing:
     marks: list[Mark] = field(default_factory=list)
     ticks: list[Tick] = field(default_factory=list)
     now: Tick | None = None
+    total_deadline: Line | None = None  # the instance's total deadline, when it is inside the axis
+    total_deadline_beyond: str | None = None  # its time, when it is beyond the axis's right end
 
     @property
     def mark_kinds(self) -> list[str]:
@@ -99,6 +107,21 @@ def stamp(moment: datetime | None) -> str:
     if moment is None:
         return "—"
     return moment.strftime("%Y-%m-%d %H:%M:%S") + (f".{moment.microsecond:06d}" if moment.microsecond else "") + "Z"
+
+
+def mark_rows(spans: list[tuple[float, float]]) -> list[int]:
+    """The row of each mark, given each one's (left, right) in the drawing, in order of time: the
+    first row where it overlaps no mark already placed (greedy, as a calendar lays out events)."""
+    ends: list[float] = []  # the right end of the last mark of each row
+    rows = []
+    for left, right in spans:
+        row = next((i for i, end in enumerate(ends) if end <= left), len(ends))
+        if row == len(ends):
+            ends.append(right)
+        else:
+            ends[row] = right
+        rows.append(row)
+    return rows
 
 
 def draw(steps: list[dict], instance: dict, activations, waits, rounds, signals, now: datetime) -> Drawing:
@@ -126,9 +149,21 @@ def draw(steps: list[dict], instance: dict, activations, waits, rounds, signals,
     keys = [step["key"] for step in steps]
     if any(s["target_step_key"] not in types for s in signals):
         keys.append(None)  # signals of older schemas name no step
+    # Signal marks first: their rows decide the height of their lane.
+    lane_key = [s["target_step_key"] if s["target_step_key"] in types else None for s in signals]
+    row_of: dict[int, int] = {}
     for key in keys:
-        height = LANE + (ROUNDS if types.get(key) == "POLL" else 0)
-        lane = Lane(key if key is not None else "(no step)", y, height)
+        mine = sorted((s for s, k in zip(signals, lane_key) if k == key), key=lambda s: (s["accepted_at"], s["id"]))
+        spans = [
+            (x(s["accepted_at"]) - MARK_LEFT, x(s["accepted_at"]) + 8 + len(str(s["id"])) * MARK_LABEL_CHAR)
+            for s in mine
+        ]
+        row_of.update({s["id"]: row for s, row in zip(mine, mark_rows(spans))})
+    for key in keys:
+        rows = max((row_of[s["id"]] + 1 for s, k in zip(signals, lane_key) if k == key), default=1)
+        stacked = (rows - 1) * MARK_ROW
+        height = LANE + stacked + (ROUNDS if types.get(key) == "POLL" else 0)
+        lane = Lane(key if key is not None else "(no step)", y, height, stacked)
         lane_of[key] = lane
         drawing.lanes.append(lane)
         y += height
@@ -142,7 +177,7 @@ def draw(steps: list[dict], instance: dict, activations, waits, rounds, signals,
         drawing.bars.append(
             Bar(
                 left,
-                lane.y + 17,
+                lane.y + lane.stacked + 17,
                 max(right - left, MIN_BAR),
                 14,
                 a["status"].lower().replace("_", "-"),
@@ -160,7 +195,7 @@ def draw(steps: list[dict], instance: dict, activations, waits, rounds, signals,
             Line(
                 x(w["deadline_at"]),
                 lane.y + 6,
-                lane.y + LANE - 6,
+                lane.y + lane.stacked + LANE - 6,
                 "deadline",
                 f"deadline of {w['step_key']} #{w['activation_sequence']}'s wait: {stamp(w['deadline_at'])} "
                 f"(wait {w['status']})",
@@ -178,7 +213,7 @@ def draw(steps: list[dict], instance: dict, activations, waits, rounds, signals,
         drawing.bars.append(
             Bar(
                 left,
-                lane.y + LANE - 4,
+                lane.y + lane.stacked + LANE - 4,
                 max(right - left, MIN_BAR),
                 8,
                 "round-" + t["status"].lower(),
@@ -188,13 +223,13 @@ def draw(steps: list[dict], instance: dict, activations, waits, rounds, signals,
                 + f", claimable {stamp(t['available_at'])}, reported {stamp(t['completed_at'])}",
             )
         )
-    for s in signals:
-        lane = lane_of[s["target_step_key"] if s["target_step_key"] in types else None]
+    for s, key in zip(signals, lane_key):
+        lane = lane_of[key]
         kind, words = signal_outcome(s)
         drawing.marks.append(
             Mark(
                 x(s["accepted_at"]),
-                lane.y + 10,
+                lane.y + 10 + row_of[s["id"]] * MARK_ROW,
                 kind,
                 str(s["id"]),
                 f"signal {s['id']} for #{s['target_activation_sequence']}, accepted {stamp(s['accepted_at'])}: "
@@ -211,4 +246,11 @@ def draw(steps: list[dict], instance: dict, activations, waits, rounds, signals,
         tick += timedelta(seconds=step)
     if not ended:
         drawing.now = Tick(x(now), "now")
+    total = instance.get("deadline_at")
+    if total is not None and total <= axis_end:
+        drawing.total_deadline = Line(
+            x(total), AXIS, drawing.height, "total-deadline", f"total deadline: {stamp(total)}"
+        )
+    elif total is not None:
+        drawing.total_deadline_beyond = stamp(total)
     return drawing
