@@ -5,8 +5,7 @@ A page reads only its own rows and only the first characters of each stored valu
 item 1): a value is up to 256 KiB and an instance holds up to 1,024 signals and any number of
 query rounds and events, and all of it on one page made one client's values every tenant's
 memory and CPU. Values come as `LEFT(column, head)` with `OCTET_LENGTH(column)` beside it (the
-console shows that much at most, and says how large the whole is); the instance's input is not
-read at all. Signals and rounds are paged by key in two steps: the page's ids from an index alone
+console shows that much at most, and says how large the whole is), the instance's input too. Signals and rounds are paged by key in two steps: the page's ids from an index alone
 (the instance's ≤ 1,024 signals through `uq_signals_idempotency`, the rounds through
 `ix_tasks_activation`), then those rows by primary key, so that a sort never carries a value.
 Events are paged through `uq_events_instance_seq`, in order.
@@ -25,10 +24,11 @@ from weave.db import read_only
 from weave.sql import instances
 from weave.tx import Tx
 
-# The instance without its input, which the console does not show.
+# The instance with the first characters of its input, as every value on the page.
 SELECT_INSTANCE = """
 SELECT i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version, d.digest AS definition_digest,
-       i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at, i.signals_stored
+       i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at, i.signals_stored,
+       LEFT(i.input, %s) AS input, OCTET_LENGTH(i.input) AS input_bytes
 FROM instances i JOIN definitions d ON d.id = i.definition_id
 WHERE i.namespace_id = %s AND i.workflow_id = %s
 """
@@ -143,7 +143,7 @@ def read_record(
 ) -> WorkflowRecord:
     """The record's page that the windows name; each value's first `head` characters (an event's
     data: `data_head`)."""
-    instance = tx.one(SELECT_INSTANCE, (principal.namespace_id, workflow_id))
+    instance = tx.one(SELECT_INSTANCE, (head, principal.namespace_id, workflow_id))
     document, _ = instances.require_grants(tx, principal, workflow_id, instance)
     instance_id = instance["id"]
     activations = tx.all(SELECT_ACTIVATIONS, (head, instance_id))

@@ -238,6 +238,30 @@ def test_a_script_in_a_workflow_id_and_in_a_payload_is_shown_as_text(console, op
     assert 'href="/console/ns/acme/workflows/%3Cscript%3Ealert%281%29"' in listed.text
 
 
+def test_issue_34_1_the_page_shows_the_input_exactly_and_every_key_its_waits_resolved(console, operator, flow):
+    """The input as stored (its digits kept), laid out and escaped, shown before any step has run;
+    then each wait's correlation key, escaped too, as the waits open."""
+    flow.publish(signal_flow_definition())
+    stored = '{"order_id":"<script>o-1</script>","total":129.90,"big":12345678901234567890123}'
+    body = f'{{"definition":"flow","version":1,"deadline_seconds":3600,"workflow_id":"order-1","input":{stored}}}'
+    started = flow.client.simulate_post(
+        f"{flow.ns}/workflows", body=body, headers={**flow.headers, "Content-Type": "application/json"}
+    )
+    assert started.status_code == 201, started.text
+    console.sign_in(operator)
+    page = console.get(PAGE).text
+    shown = page[page.index('<section id="input">') : page.index("<h2>Timeline</h2>")]
+    assert "&#34;total&#34;: 129.90" in shown and "&#34;big&#34;: 12345678901234567890123" in shown
+    assert "&lt;script&gt;o-1&lt;/script&gt;" in shown and "<script" not in page
+    assert "No wait has opened yet" in shown  # nothing has run: the input says what it is about
+    flow.scan()
+    flow.finish_task({"reservation_id": "r-1"})
+    page = console.get(PAGE).text
+    shown = page[page.index('<section id="input">') : page.index("<h2>Timeline</h2>")]
+    assert 'payment #1</td><td><span class="badge' in shown and "WAITING" in shown
+    assert '<code class="key">&lt;script&gt;o-1&lt;/script&gt;</code>' in shown
+
+
 # ---- authorization: the API's --------------------------------------------------------------------------
 
 

@@ -531,7 +531,7 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "signals.SELECT_SIGNAL_PAGE_BY_STATUS": (signals.SELECT_SIGNAL_PAGE_BY_STATUS, (instance, "PENDING", 0, 100)),
         "events.SELECT_EVENTS_PAGE": (events.SELECT_EVENTS_PAGE, (instance, 0, 100)),
         # the console's workflow page: one page of each list, values by their heads (issue 26, item 1)
-        "timeline.SELECT_INSTANCE": (timeline.SELECT_INSTANCE, (ids["namespace"], ids["workflow"])),
+        "timeline.SELECT_INSTANCE": (timeline.SELECT_INSTANCE, (4096, ids["namespace"], ids["workflow"])),
         "timeline.SELECT_ACTIVATIONS": (timeline.SELECT_ACTIVATIONS, (4096, instance)),
         "timeline.SELECT_WAITS": (timeline.SELECT_WAITS, (instance,)),
         "timeline.SELECT_NEWEST_TASKS": (timeline.SELECT_NEWEST_TASKS, ((activation, activation + 1),)),

@@ -644,6 +644,7 @@ def show_workflow(
     steps = record.document["steps"]
     api = f"/v1/namespaces/{namespace}/workflows/{quote(workflow_id, safe='')}"
     budget = values.Budget(values.PAGE_BYTES)  # spent in the order the page shows the values
+    workflow_input = Value(budget.show(instance["input"], instance["input_bytes"]), f"GET {api} (its /input)")
     results = {
         step["key"]: Value(
             budget.show(record.latest[step["key"]]["result"], record.latest[step["key"]]["result_bytes"]),
@@ -702,6 +703,9 @@ def show_workflow(
         steps=steps,
         latest=record.latest,
         results=results,
+        workflow_input=workflow_input,
+        # Every generation's wait, each with the correlation key it resolved at its activation.
+        keys=sorted(record.waits.values(), key=lambda w: w["id"]),
         waits_by_activation=record.waits,
         tasks_by_activation=record.tasks,
         under_review=next((key for key, a in record.latest.items() if a["status"] == "NEEDS_REVIEW"), None),
