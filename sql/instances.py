@@ -224,6 +224,86 @@ def list_workflows(
     return [row for row in page if _may_read(principal, row["definition_queues"])], next_after
 
 
+# ---- search (issue 34, item 2): by a business key, by the start of the workflow id --------------------
+
+# A search first reads the ids it matches, from an index alone, at most SEARCH_MATCHES of them
+# (one more, to know there are more: then the search is refused as too broad, rather than read a
+# namespace's worth of rows for one page); then a page of those rows by primary key, newest first
+# (STRAIGHT_JOIN: the few definitions would otherwise be read whole first, then every instance joined).
+SEARCH_MATCHES = 10_000
+# The instances of the namespace with a wait or a signal of exactly this key, any generation
+# (migration 0023: the first 32 bytes of the key in the index, the whole key compared on its rows).
+IDS_BY_KEY = """
+SELECT w.instance_id AS id FROM waits w FORCE INDEX (ix_waits_correlation) JOIN instances i ON i.id = w.instance_id
+WHERE w.correlation = %s AND i.namespace_id = %s
+UNION
+SELECT s.instance_id FROM signals s FORCE INDEX (ix_signals_correlation) JOIN instances i ON i.id = s.instance_id
+WHERE s.correlation = %s AND i.namespace_id = %s
+LIMIT %s
+"""
+IDS_BY_PREFIX = """
+SELECT id FROM instances FORCE INDEX (uq_instances_workflow)
+WHERE namespace_id = %s AND workflow_id LIKE %s LIMIT %s
+"""
+SELECT_SEARCH_PAGE = """
+SELECT i.id, i.workflow_id, i.definition_id, d.name AS definition, d.version,
+       d.queues AS definition_queues, i.status, i.gate, i.review_reason, i.deadline_at, i.created_at, i.updated_at
+FROM instances i STRAIGHT_JOIN definitions d FORCE INDEX (PRIMARY) ON d.id = i.definition_id
+WHERE i.id IN %s AND i.id < %s AND (%s IS NULL OR i.status = %s) AND (%s IS NULL OR d.name = %s)
+ORDER BY i.id DESC LIMIT %s
+"""
+
+
+def like_prefix(prefix: str) -> str:
+    """A LIKE pattern matching the texts that start with `prefix` (its % _ and \\ taken literally)."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _too_broad(name: str) -> WeaveError:
+    message = f"matches more than {SEARCH_MATCHES:,} workflows: narrow it"
+    return WeaveError(
+        Code.VALIDATION_FAILED, f"query parameter {name!r} {message}", [{"pointer": f"?{name}", "message": message}]
+    )
+
+
+@read_only
+def search_workflows(
+    tx: Tx,
+    principal: Principal,
+    correlation_key: bytes | None,
+    workflow_id_prefix: str | None,
+    status: str | None,
+    definition: str | None,
+    after: int | None,
+    limit: int,
+) -> tuple[list[dict], int | None]:
+    """A page of the namespace's instances with a wait or a signal of exactly `correlation_key`
+    and/or whose workflow id starts with `workflow_id_prefix` (both: both hold), of one status and
+    definition name when given, newest first below the cursor `after`; and the next page's cursor.
+    Only instances the credential may read are listed, as by `list_workflows`. A search matching
+    more than SEARCH_MATCHES instances is refused (VALIDATION_FAILED on its parameter)."""
+    namespace_id = principal.namespace_id
+    found: set[int] | None = None
+    if correlation_key is not None:
+        rows = tx.all(IDS_BY_KEY, (correlation_key, namespace_id, correlation_key, namespace_id, SEARCH_MATCHES + 1))
+        if len(rows) > SEARCH_MATCHES:
+            raise _too_broad("correlation_key")
+        found = {row["id"] for row in rows}
+    if workflow_id_prefix is not None:
+        rows = tx.all(IDS_BY_PREFIX, (namespace_id, like_prefix(workflow_id_prefix), SEARCH_MATCHES + 1))
+        if len(rows) > SEARCH_MATCHES:
+            raise _too_broad("workflow_id_prefix")
+        ids = {row["id"] for row in rows}
+        found = ids if found is None else found & ids
+    if not found:
+        return [], None
+    before = after or NO_CURSOR
+    rows = tx.all(SELECT_SEARCH_PAGE, (tuple(found), before, status, status, definition, definition, limit + 1))
+    page = rows[:limit]
+    next_after = page[-1]["id"] if len(rows) > limit else None
+    return [row for row in page if _may_read(principal, row["definition_queues"])], next_after
+
+
 @unit_of_work(replay_on=("uq_instances_workflow",))
 def start_workflow(tx: Tx, principal: Principal, request: StartRequest) -> tuple[WorkflowFacts, bool]:
     """Start an instance (I1, I2); returns (facts, created).

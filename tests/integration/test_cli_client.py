@@ -270,6 +270,16 @@ def test_workflow_list(ops, capsys):
     assert sorted(line.split()[0] for line in out.splitlines()[1:]) == ["order-1", "order-2"]
     code, out, _ = run(capsys, "workflow", "list", "--status", "PAUSED", "--json")
     assert [w["workflow_id"] for w in json.loads(out)["workflows"]] == ["order-2"]
+    code, out, _ = run(capsys, "workflow", "list", "--id-prefix", "order-1", "--json")
+    assert [w["workflow_id"] for w in json.loads(out)["workflows"]] == ["order-1"]
+
+
+def test_issue_34_2_workflow_list_finds_the_workflow_waiting_on_a_business_key(order, capsys):
+    code, out, _ = run(capsys, "workflow", "list", "--correlation-key", "o-1")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["order-1"]
+    code, out, _ = run(capsys, "workflow", "list", "--correlation-key", "o-2", "--json")
+    assert json.loads(out)["workflows"] == []
+    assert [w.workflow_id for w in order.list_workflows(correlation_key="o-1", status="RUNNING")] == ["order-1"]
 
 
 def test_errors_and_missing_settings(ops, capsys, monkeypatch, live_url):

@@ -371,6 +371,27 @@ def test_the_list_shows_workflows_in_review_first_with_their_reason_and_filters_
     assert bad.status_code == 422 and 'id="filter-error"' in bad.text
 
 
+def test_issue_34_2_the_list_finds_a_workflow_by_its_business_key_and_by_the_start_of_its_id(console, operator, flow):
+    flow.publish(signal_flow_definition())
+    for n in (41, 42):
+        flow.start(f"order-{n}", input={"order_id": f"<b>o-{n}"})
+    insert_instances(flow.database, "acme", "flow", 1, [(f"run-{i}", "RUNNING", None) for i in range(30)])
+    flow.scan()
+    for _ in range(2):
+        flow.finish_task({"reservation_id": "r"})
+    flow.scan()
+    console.sign_in(operator)
+    found = console.get("/console/ns/acme/workflows?" + urlencode({"correlation_key": "<b>o-42"})).text
+    assert "order-42" in found and "order-41" not in found and "run-" not in found and "review-queue" not in found
+    assert 'value="&lt;b&gt;o-42"' in found and "<b>" not in found  # the key stays in its box, escaped
+    by_id = console.get("/console/ns/acme/workflows?workflow_id_prefix=order-&status=RUNNING").text
+    assert "order-41" in by_id and "order-42" in by_id and "run-" not in by_id
+    none = console.get("/console/ns/acme/workflows?" + urlencode({"correlation_key": "<i>x"})).text
+    assert 'id="nothing-found"' in none and "&lt;i&gt;x" in none and "<i>x" not in none
+    bad = console.get("/console/ns/acme/workflows?workflow_id_prefix=a%2Fb")
+    assert bad.status_code == 422 and 'id="filter-error"' in bad.text
+
+
 # ---- actions -------------------------------------------------------------------------------------------
 
 

@@ -521,6 +521,16 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "instances.SELECT_LATEST_ACTIVATIONS": (instances.SELECT_LATEST_ACTIVATIONS, (instance,)),
         "instances.SELECT_ACTIVATION_TASKS": (instances.SELECT_ACTIVATION_TASKS, ((activation, activation + 1),)),
         "instances.SELECT_ACTIVATION_WAITS": (instances.SELECT_ACTIVATION_WAITS, ((activation, activation + 1),)),
+        # the workflow search (issue 34, item 2): ids from an index alone, then a page of them by key
+        "instances.IDS_BY_KEY": (
+            instances.IDS_BY_KEY,
+            (b"c", ids["namespace"], b"c", ids["namespace"], instances.SEARCH_MATCHES + 1),
+        ),
+        "instances.IDS_BY_PREFIX": (instances.IDS_BY_PREFIX, (ids["namespace"], "w1%", instances.SEARCH_MATCHES + 1)),
+        "instances.SELECT_SEARCH_PAGE": (
+            instances.SELECT_SEARCH_PAGE,
+            ((instance, instance + 1), instances.NO_CURSOR, None, None, None, None, 26),
+        ),
         # a control or review re-run after a lost COMMIT: its own audit record (issue 25, A)
         "instances.SELECT_RECORD_OF_CALL": (instances.SELECT_RECORD_OF_CALL, (instance, "workflow.cancel", "c" * 32)),
         "definitions.SELECT_VERSION": (definitions.SELECT_VERSION, (ids["namespace"], "pay", 1)),
@@ -653,10 +663,17 @@ EXPECTED_KEYS = {
     "timeline.ROUND_IDS_BEFORE": ("tasks", "ix_tasks_activation"),
     "timeline.EVENTS_AFTER": ("events", "uq_events_instance_seq"),
     "timeline.EVENTS_BEFORE": ("events", "uq_events_instance_seq"),
+    "instances.IDS_BY_PREFIX": ("instances", "uq_instances_workflow"),
+    "instances.SELECT_SEARCH_PAGE": ("i", "PRIMARY"),
 }
 # The console's pages find their rows' keys from an index alone, which a sort may then order
 # without carrying a row, let alone a value (the rows follow by primary key).
-INDEX_ONLY = ("timeline.SIGNAL_IDS_AFTER", "timeline.SIGNAL_IDS_BEFORE", "timeline.ROUND_IDS_AFTER")
+INDEX_ONLY = (
+    "instances.IDS_BY_PREFIX",
+    "timeline.SIGNAL_IDS_AFTER",
+    "timeline.SIGNAL_IDS_BEFORE",
+    "timeline.ROUND_IDS_AFTER",
+)
 INDEX_ONLY += ("timeline.ROUND_IDS_BEFORE", "timeline.COUNT_ROUNDS_BEFORE")
 # One row per namespace by design (the metrics' review gauge): each reads its count from an index.
 WHOLE_BY_DESIGN = {("instances.NEEDS_REVIEW_BY_NAMESPACE", "n")}
@@ -855,3 +872,13 @@ def test_W1_W5_inbound_statements_read_through_their_indexes(tenant, other_tenan
         assert full_scans(plan) == [], (name, plan)
         if name.startswith("inbound.SELECT_DELIVERY_PAGE") or name == "inbound.SELECT_SOURCES":
             assert not any("filesort" in (row["Extra"] or "") for row in plan), (name, plan)
+
+
+def test_issue_34_2_a_search_by_key_reads_both_key_indexes_and_a_page_by_primary_key(crowded, database):
+    """The waits and the signals of a key are found through migration 0023's prefix indexes, each
+    joined to its instance by primary key (the namespace checked there)."""
+    namespace = crowded["namespace"]
+    plan = explain(database, instances.IDS_BY_KEY, (b"c", namespace, b"c", namespace, 10_001))
+    used = keys_used(plan)
+    assert {("w", "ix_waits_correlation"), ("s", "ix_signals_correlation"), ("i", "PRIMARY")} <= used, plan
+    assert full_scans(plan) == [], plan

@@ -273,3 +273,110 @@ def test_partial_grants_over_a_thousand_versions_cost_a_constant_number_of_state
         expected = [f"o{v}-1" for v in expected_versions] + [f"o{v}-0" for v in expected_versions]
         assert [row["workflow_id"] for row in rows] == expected[:100]
         assert next_after is not None
+
+
+# ---- search (issue 34, item 2) --------------------------------------------------------------------
+
+
+@pytest.fixture
+def orders(flow, client, tenant):
+    """o-41 waits for its payment under key k-41; o-42's wait has key k-42, and a payment with the
+    wrong key k-41 was sent to it (CORRELATION_MISMATCH); o-43 has not reached its wait yet, so no
+    key is resolved for it. Operators read with every queue granted."""
+    from helpers import payment, signal_flow_definition
+
+    flow.publish(signal_flow_definition())
+    for n in (41, 42, 43):
+        flow.start(f"o-{n}", input={"order_id": f"k-{n}"})
+    flow.scan()
+    for _ in (41, 42):
+        flow.finish_task({"reservation_id": "r"})
+    flow.scan()
+    assert flow.send("o-42", "pay-1", payment("k-41")).status_code == 201
+    flow.scan()
+    return tenant.headers("workflows:read", queues=("inventory", "carrier"))
+
+
+def ids(client, headers, **query) -> list[str]:
+    return [item["workflow_id"] for item in page(client, headers, **query)["workflows"]]
+
+
+def test_a_correlation_key_finds_the_workflows_whose_wait_or_signal_has_exactly_it(client, orders, flow):
+    assert flow.rows("SELECT disposition FROM signals")[0]["disposition"] == "CORRELATION_MISMATCH"
+    assert ids(client, orders, correlation_key="k-41") == ["o-42", "o-41"]  # o-41's wait, o-42's signal
+    assert ids(client, orders, correlation_key="k-42") == ["o-42"]
+    assert ids(client, orders, correlation_key="k-43") == []  # its step has not started: no key yet
+    assert ids(client, orders, correlation_key="k-4") == []  # exactly: not a prefix
+    assert ids(client, orders, correlation_key="K-41") == []  # bytes, not a collation
+    assert ids(client, orders, correlation_key="k-41", status="RUNNING", definition="flow") == ["o-42", "o-41"]
+    assert ids(client, orders, correlation_key="k-41", definition="other") == []
+
+
+def test_a_key_longer_than_the_indexed_prefix_is_compared_whole(client, flow, tenant):
+    from helpers import signal_flow_definition
+
+    flow.publish(signal_flow_definition())
+    shared = "x" * 40  # the index holds 32 bytes: both keys share them
+    for n, key in ((1, shared + "-one"), (2, shared + "-two")):
+        flow.start(f"w-{n}", input={"order_id": key})
+        flow.scan()
+        flow.finish_task({"reservation_id": "r"})
+        flow.scan()
+    headers = tenant.headers("workflows:read", queues=("inventory", "carrier"))
+    assert ids(client, headers, correlation_key=shared + "-two") == ["w-2"]
+
+
+def test_an_id_prefix_finds_workflows_by_the_start_of_their_id_literally(client, tenant, published, database):
+    rows = [(wid, "RUNNING", None) for wid in ("o-1", "o-10", "o-2", "o_1", "p-1", "o%1")]
+    insert_instances(database, "acme", "order", 1, rows)
+    headers = tenant.headers("workflows:read", queues=BOTH_QUEUES)
+    assert ids(client, headers, workflow_id_prefix="o-1") == ["o-10", "o-1"]
+    assert ids(client, headers, workflow_id_prefix="o_") == ["o_1"]  # _ is not a wildcard
+    assert ids(client, headers, workflow_id_prefix="o%") == ["o%1"]  # nor is %
+    assert ids(client, headers, workflow_id_prefix="o", limit=2) == ["o%1", "o_1"]
+    seen, pages = walk(client, headers, workflow_id_prefix="o", limit=2)
+    assert seen == ["o%1", "o_1", "o-2", "o-10", "o-1"] and pages == 3
+
+
+def test_both_searches_together_list_what_both_find(client, orders, flow):
+    assert ids(client, orders, correlation_key="k-41", workflow_id_prefix="o-41") == ["o-41"]
+    assert ids(client, orders, correlation_key="k-42", workflow_id_prefix="o-41") == []
+
+
+def test_a_search_finds_nothing_in_another_namespace_nor_what_the_credential_may_not_read(
+    client, orders, other_tenant, tenant
+):
+    other = client.simulate_get(
+        f"/v1/namespaces/{other_tenant.namespace}/workflows",
+        params={"correlation_key": "k-41"},
+        headers=other_tenant.headers("workflows:read"),
+    )
+    assert other.status_code == 200 and other.json["workflows"] == []
+    inventory_only = tenant.headers("workflows:read", queues=("inventory",))  # the flow also runs on carrier
+    assert ids(client, inventory_only, correlation_key="k-41") == []
+    assert ids(client, inventory_only, workflow_id_prefix="o-") == []
+
+
+def test_a_search_matching_too_many_is_refused_naming_its_parameter(client, orders, monkeypatch):
+    monkeypatch.setattr(instances, "SEARCH_MATCHES", 2)
+    for query, pointer in (({"workflow_id_prefix": "o-"}, "?workflow_id_prefix"), ({"correlation_key": "k-41"}, None)):
+        result = client.simulate_get(LIST, params=query, headers=orders)
+        if pointer is None:  # two instances match k-41: at the bound, still answered
+            assert result.status_code == 200 and len(result.json["workflows"]) == 2
+            continue
+        assert result.status_code == 422 and result.json["errors"][0]["pointer"] == pointer
+        assert "narrow it" in result.json["detail"]
+
+
+@pytest.mark.parametrize(
+    "query, pointer",
+    [
+        ({"correlation_key": "k" * 513}, "?correlation_key"),
+        ({"workflow_id_prefix": "a/b"}, "?workflow_id_prefix"),
+        ({"workflow_id_prefix": "x" * 129}, "?workflow_id_prefix"),
+        ({"workflow_id_prefix": "é"}, "?workflow_id_prefix"),
+    ],
+)
+def test_bad_search_parameters_are_422_naming_the_parameter(client, tenant, query, pointer):
+    result = client.simulate_get(LIST, params=query, headers=tenant.headers("workflows:read"))
+    assert result.status_code == 422 and result.json["errors"][0]["pointer"] == pointer

@@ -3,7 +3,7 @@
 These commands talk to a running Weave over HTTP with a token, never to the database:
 
     weave workflow start DEFINITION --version N --input JSON --deadline-seconds S [--id WORKFLOW_ID]
-    weave workflow list [--status S] [--definition NAME]
+    weave workflow list [--status S] [--definition NAME] [--correlation-key KEY] [--id-prefix TEXT]
     weave workflow show ID                  steps, waits, tasks, results and signals, as tables
     weave workflow events ID                every member of each event's data, wrapped; decisions first
     weave workflow pause|resume|cancel ID --reason TEXT
@@ -242,7 +242,14 @@ def workflow_start(client: sdk.Client, args) -> None:
 
 
 def workflow_list(client: sdk.Client, args) -> None:
-    workflows = list(client.list_workflows(status=args.status, definition=args.definition))
+    workflows = list(
+        client.list_workflows(
+            status=args.status,
+            definition=args.definition,
+            correlation_key=args.correlation_key,
+            workflow_id_prefix=args.id_prefix,
+        )
+    )
     if args.json:
         _print_json({"workflows": [w.raw for w in workflows]})
         return
@@ -519,6 +526,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p = actions.add_parser("list", parents=[remote], help="the namespace's workflows")
     p.add_argument("--status", choices=WORKFLOW_STATUSES)
     p.add_argument("--definition", help="only workflows of this definition")
+    p.add_argument(
+        "--correlation-key", metavar="KEY", help="only workflows with a wait or a signal of exactly this key"
+    )
+    p.add_argument("--id-prefix", metavar="TEXT", help="only workflows whose id starts with this text")
     p.set_defaults(run=_command(workflow_list))
     p = actions.add_parser("show", parents=[remote], help="status, steps, waits, tasks and signals")
     p.add_argument("workflow_id")

@@ -59,7 +59,7 @@ from weave.http import (
     read_body,
 )
 from weave.resources import inbound as inbound_resources
-from weave.resources.workflows import DEFINITION_NAME, STATUSES
+from weave.resources.workflows import DEFINITION_NAME, STATUSES, Search, list_or_search, search_terms
 from weave.rules import review as review_rules
 from weave.rules import routing as routing_rules
 from weave.rules import signals as signal_rules
@@ -385,6 +385,8 @@ class Stylesheet:
 LIST_QUERY = (
     ("status", "one of the instance statuses"),
     ("definition", "a definition name"),
+    ("correlation_key", "a business key: the workflows with a wait or a signal of exactly it"),
+    ("workflow_id_prefix", "the start of a workflow id"),
     ("after", "the cursor of the previous page"),
 )
 
@@ -405,15 +407,21 @@ class WorkflowList(Console):
             definition = query_text(
                 req, "definition", DEFINITION_NAME.fullmatch, "a definition name (1-128 of A-Za-z0-9_.-)"
             )
+            search = search_terms(req)
             after = _list_cursor(req)
         except WeaveError as exc:
-            problem, status, definition, after = exc, None, None, None
+            problem, status, definition, search, after = exc, None, None, Search(None, None), None
         in_review, more_in_review = [], None
-        if status is None and after is None:  # the work first: what waits for an operator
-            in_review, more_in_review = instances.list_workflows(
-                self.database, principal, "NEEDS_REVIEW", definition, None, LIST_PAGE
-            )
-        rows, next_after = instances.list_workflows(self.database, principal, status, definition, after, LIST_PAGE)
+        try:
+            if status is None and after is None and not search:  # the work first: what waits for an operator
+                in_review, more_in_review = instances.list_workflows(
+                    self.database, principal, "NEEDS_REVIEW", definition, None, LIST_PAGE
+                )
+            rows, next_after = list_or_search(self.database, principal, search, status, definition, after, LIST_PAGE)
+        except WeaveError as exc:  # a search too broad: said beside the form, the list shown unsearched
+            problem, search = exc, Search(None, None)
+            rows, next_after = instances.list_workflows(self.database, principal, status, definition, after, LIST_PAGE)
+        terms = {"correlation_key": search.correlation_key, "workflow_id_prefix": search.workflow_id_prefix}
         _render(
             resp,
             "workflows.html",
@@ -425,11 +433,12 @@ class WorkflowList(Console):
             statuses=STATUSES,
             status=status or "",
             definition=definition or "",
+            search=search,
             in_review=in_review,
-            review_queue=status is None and after is None,
+            review_queue=status is None and after is None and not search,
             more_in_review=more_in_review is not None,
             rows=rows,
-            next_url=_list_url(namespace, status=status, definition=definition, after=next_after),
+            next_url=_list_url(namespace, status=status, definition=definition, **terms, after=next_after),
             has_next=next_after is not None,
             review_url=_list_url(namespace, status="NEEDS_REVIEW", definition=definition),
             reason_words=words.review_reason,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import re
 import secrets
+from dataclasses import dataclass
 
 import falcon
 
 from weave import jsontext
 from weave.errors import Code
-from weave.http import Resource, bounded_value_text, operation, query_int, query_text, read_json, send_json
+from weave.http import PATH_IDS, Resource, bounded_value_text, operation, query_int, query_text, read_json, send_json
+from weave.rules import correlation
 from weave.sql import engine, instances
 from weave.views import event_view, workflow_summary_view, workflow_view
 
@@ -55,6 +57,8 @@ class WorkflowCollection(Resource):
         query=(
             ("status", "RUNNING, PAUSED, NEEDS_REVIEW, SUCCEEDED, FAILED or CANCELLED"),
             ("definition", "a definition name: its workflows of every version"),
+            ("correlation_key", "a business key: the workflows with a wait or a signal of exactly this key"),
+            ("workflow_id_prefix", "the workflows whose id starts with this text"),
             ("after", "the next_after of the previous page (absent or 0: start at the newest)"),
             ("limit", f"page size 1..{LIST_PAGE_MAX} (default {LIST_PAGE_DEFAULT})"),
         ),
@@ -67,7 +71,8 @@ class WorkflowCollection(Resource):
         )
         after = query_int(req, "after", 0, 0, 2**64 - 1)
         limit = query_int(req, "limit", LIST_PAGE_DEFAULT, 1, LIST_PAGE_MAX)
-        rows, next_after = instances.list_workflows(self.database, principal, status, definition, after or None, limit)
+        search = search_terms(req)
+        rows, next_after = list_or_search(self.database, principal, search, status, definition, after or None, limit)
         send_json(
             resp,
             200,
@@ -76,6 +81,45 @@ class WorkflowCollection(Resource):
                 "next_after": str(next_after) if next_after is not None else None,
             },
         )
+
+
+def _is_key(text: str) -> bool:
+    try:
+        return len(text.encode()) <= correlation.MAX_BYTES
+    except UnicodeEncodeError:  # a lone surrogate names no key
+        return False
+
+
+@dataclass(frozen=True)
+class Search:
+    """A workflow search's terms (issue 34, item 2): a business key, the start of a workflow id."""
+
+    correlation_key: str | None
+    workflow_id_prefix: str | None
+
+    def __bool__(self) -> bool:
+        return self.correlation_key is not None or self.workflow_id_prefix is not None
+
+
+def search_terms(req: falcon.Request) -> Search:
+    """The search of a workflow list's query (the API's and the console's), each term checked (422)."""
+    workflow_id = PATH_IDS["workflow_id"]
+    return Search(
+        query_text(req, "correlation_key", _is_key, f"a key of 1-{correlation.MAX_BYTES} UTF-8 bytes"),
+        query_text(req, "workflow_id_prefix", workflow_id.rule.fullmatch, workflow_id.description),
+    )
+
+
+def list_or_search(
+    database, principal, search: Search, status: str | None, definition: str | None, after: int | None, limit: int
+) -> tuple[list[dict], int | None]:
+    """A page of the workflow list, or of the search when it has terms."""
+    if not search:
+        return instances.list_workflows(database, principal, status, definition, after, limit)
+    key = search.correlation_key.encode() if search.correlation_key is not None else None
+    return instances.search_workflows(
+        database, principal, key, search.workflow_id_prefix, status, definition, after, limit
+    )
 
 
 class Workflow(Resource):

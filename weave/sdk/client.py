@@ -333,12 +333,24 @@ class Client:
         return _read(models.Workflow, answer)
 
     def list_workflows(
-        self, status: str | None = None, definition: str | None = None, *, page_size: int = PAGE_SIZE
+        self,
+        status: str | None = None,
+        definition: str | None = None,
+        *,
+        correlation_key: str | None = None,
+        workflow_id_prefix: str | None = None,
+        page_size: int = PAGE_SIZE,
     ) -> Iterator[models.Workflow]:
-        """The namespace's workflows (optionally of one status or definition), page by page, in the
-        server's order (newest first). Items are summaries: status, gate, review reason and times,
-        without `input` and `steps` (read those with `get_workflow`)."""
-        query = {"status": status, "definition": definition}
+        """The namespace's workflows (optionally of one status or definition; with a wait or a
+        signal of exactly `correlation_key`; whose id starts with `workflow_id_prefix`), page by
+        page, in the server's order (newest first). Items are summaries: status, gate, review
+        reason and times, without `input` and `steps` (read those with `get_workflow`)."""
+        query = {
+            "status": status,
+            "definition": definition,
+            "correlation_key": correlation_key,
+            "workflow_id_prefix": workflow_id_prefix,
+        }
         for item in self._pages(self._ns("workflows"), "workflows", query, None, page_size):
             yield models.from_json(models.Workflow, item)
 
