@@ -338,13 +338,16 @@ def test_every_console_page_declares_the_scopes_of_its_api_twin():
             responder = getattr(resource, f"on_{method.lower()}", None)
             if responder is None or not responder.operation.session:
                 continue
-            twin = api[(method if method == "GET" else "POST", path.removeprefix("/console/ns/{namespace}"))]
+            page_path = path.removeprefix("/console/ns/{namespace}")
+            # the bulk review makes the API's review call once for each workflow picked
+            page_path = {"/bulk-review": "/workflows/{workflow_id}/review"}.get(page_path, page_path)
+            twin = api[(method if method == "GET" else "POST", page_path)]
             assert set(responder.operation.scopes) <= twin | {"workflows:read"}, path
             assert responder.operation.not_found.name == "WORKFLOW_NOT_FOUND"
             found += 1
     # list, page, pause, resume, cancel, review, parked facts (GET {N}/signals), inbound sources
-    # (GET {N}/inbound) and a source's deliveries (GET {N}/inbound/{source}/deliveries)
-    assert found == 9
+    # (GET {N}/inbound), a source's deliveries (GET {N}/inbound/{source}/deliveries) and the bulk review
+    assert found == 10
 
 
 # ---- the list ------------------------------------------------------------------------------------------
@@ -390,6 +393,84 @@ def test_issue_34_2_the_list_finds_a_workflow_by_its_business_key_and_by_the_sta
     assert 'id="nothing-found"' in none and "&lt;i&gt;x" in none and "<i>x" not in none
     bad = console.get("/console/ns/acme/workflows?workflow_id_prefix=a%2Fb")
     assert bad.status_code == 422 and 'id="filter-error"' in bad.text
+
+
+# ---- bulk review (issue 34, item 4) -----------------------------------------------------------------
+
+
+@pytest.fixture
+def three_in_review(flow, clock):
+    """<i>o-1, o-2 and o-3 in review (WAIT_EXPIRED: nobody paid in time); o-4 still waits."""
+    flow.publish(signal_flow_definition(timeout=600))
+    for workflow_id in ("<i>o-1", "o-2", "o-3"):
+        flow.start(workflow_id, input={"order_id": workflow_id})
+    flow.scan()
+    for _ in range(3):
+        flow.finish_task({"reservation_id": "r"})
+    flow.scan()
+    clock.advance(600)
+    flow.start("o-4", input={"order_id": "o-4"})
+    flow.scan()
+    assert [status_of(flow, w) for w in ("<i>o-1", "o-2", "o-3", "o-4")] == ["NEEDS_REVIEW"] * 3 + ["RUNNING"]
+    return ("<i>o-1", "o-2", "o-3")
+
+
+def bulk(console, action: str, reason: str, picked, csrf: str | None = None):
+    console.get("/console/ns/acme/workflows?status=NEEDS_REVIEW")
+    fields = {"csrf": csrf if csrf is not None else console.csrf(), "action": action, "reason": reason}
+    return console.post("/console/ns/acme/bulk-review", {**fields, **{f"pick:{w}": "1" for w in picked}})
+
+
+def test_issue_34_4_bulk_retry_reviews_each_picked_workflow_on_its_own_with_a_result_each(
+    console, operator, flow, three_in_review
+):
+    console.sign_in(operator)
+    listed = console.get("/console/ns/acme/workflows?status=NEEDS_REVIEW").text
+    assert 'id="bulk-form"' in listed and listed.count('class="pick"') == 3
+    assert 'name="pick:&lt;i&gt;o-1"' in listed and "<i>o-1" not in listed
+    done = bulk(console, "retry_step", "carrier back, <b>OPS-7</b>", [*three_in_review, "o-4", "no-such"])
+    assert done.status_code == 200
+    rows = re.findall(r'<tr class="(done|refused)">(.*?)</tr>', done.text, re.S)
+    assert [kind for kind, _ in rows] == ["done", "done", "done", "refused", "refused"]
+    assert "INVALID_STATE" in rows[3][1] and "WORKFLOW_NOT_FOUND" in rows[4][1]
+    assert "&lt;i&gt;o-1" in rows[0][1] and "<i>" not in done.text and "&lt;b&gt;OPS-7&lt;/b&gt;" in done.text
+    assert "3 done, 2 refused." in done.text
+    for workflow_id in three_in_review:
+        workflow = flow.workflow(quote(workflow_id, safe=""))
+        assert (workflow["status"], workflow["steps"][1]["activation_sequence"]) == ("RUNNING", 2)
+    audit = flow.rows("SELECT instance_id, actor, details FROM audit_records WHERE action = 'workflow.review'")
+    assert len({a["instance_id"] for a in audit}) == len(audit) == 3  # a record of its own for each workflow
+    said = {(a["actor"], json.loads(a["details"])["reason"]) for a in audit}
+    assert said == {("ops-alice", "carrier back, <b>OPS-7</b>")}
+
+
+def test_issue_34_4_bulk_fail_and_cancel_and_refusals_of_the_form(console, operator, flow, three_in_review):
+    console.sign_in(operator)
+    assert bulk(console, "fail", "bad batch", three_in_review[:2]).status_code == 200
+    assert bulk(console, "cancel", "customer left", three_in_review[2:]).status_code == 200
+    assert [status_of(flow, quote(w, safe="")) for w in three_in_review] == ["FAILED", "FAILED", "CANCELLED"]
+    for action, reason, picked, pointer in (
+        ("complete_step", "x", ["o-4"], "/action"),  # needs a result per workflow: one at a time
+        ("retry_step", "", ["o-4"], "/reason"),
+        ("retry_step", "x", [], "/pick"),
+    ):
+        refused = bulk(console, action, reason, picked)
+        assert refused.status_code == 422 and pointer in refused.text, (action, refused.text)
+    assert status_of(flow, "o-4") == "RUNNING"
+
+
+def test_issue_34_4_the_bulk_form_needs_its_csrf_token_and_the_review_scope(
+    console, operator, flow, three_in_review, tenant
+):
+    console.sign_in(operator)
+    forged = bulk(console, "cancel", "forged", three_in_review, csrf="not-the-token")
+    assert forged.status_code == 403
+    assert [status_of(flow, quote(w, safe="")) for w in three_in_review] == ["NEEDS_REVIEW"] * 3
+    reader = Console(console.client)
+    reader.sign_in(tenant.token("workflows:read", queues=QUEUES))
+    assert 'id="bulk-form"' not in reader.get("/console/ns/acme/workflows?status=NEEDS_REVIEW").text
+    assert bulk(reader, "cancel", "no scope", three_in_review).status_code == 403
+    assert [status_of(flow, quote(w, safe="")) for w in three_in_review] == ["NEEDS_REVIEW"] * 3
 
 
 # ---- actions -------------------------------------------------------------------------------------------

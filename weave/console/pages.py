@@ -47,6 +47,7 @@ from weave import auth, jsontext, logs, schemas
 from weave.console import limits, timeline, values, words
 from weave.errors import Code, WeaveError
 from weave.http import (
+    PATH_IDS,
     Operation,
     Resource,
     authorize,
@@ -85,8 +86,8 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",  # pages carry payloads and results
 }
 FORM = "application/x-www-form-urlencoded"
-FORM_FIELDS_MAX = 16
 LIST_PAGE = 50
+FORM_FIELDS_MAX = LIST_PAGE + 8  # a bulk review picks at most one page of the list, beside its own fields
 # One page of each list on a workflow's page (issue 26, item 1): with values.PAGE_BYTES they bound it.
 SIGNALS_PAGE = 25
 ROUNDS_PAGE = 25
@@ -441,6 +442,10 @@ class WorkflowList(Console):
             next_url=_list_url(namespace, status=status, definition=definition, **terms, after=next_after),
             has_next=next_after is not None,
             review_url=_list_url(namespace, status="NEEDS_REVIEW", definition=definition),
+            # the bulk review's form, on a list of workflows in review, for a credential that may review
+            bulk=status == "NEEDS_REVIEW" and "workflows:review" in principal.scopes and bool(rows),
+            bulk_url=f"{ROOT}/ns/{namespace}/bulk-review",
+            bulk_actions=BULK_ACTIONS,
             reason_words=words.review_reason,
             workflow_url=functools.partial(_workflow_url, namespace),
         )
@@ -837,6 +842,72 @@ class WorkflowReview(WorkflowAction):
         self.act(resp, visit, namespace, workflow_id, action, run)
 
 
+# ---- bulk review (issue 34, item 4) -------------------------------------------------------------------
+
+PICK = "pick:"  # a picked workflow's checkbox is named `pick:<workflow_id>` (a form field is sent once)
+BULK_ACTIONS = (review_rules.RETRY_STEP, review_rules.FAIL, review_rules.CANCEL)
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    workflow_id: str
+    done: bool
+    outcome: str  # the workflow's status after the action, or the refusal's problem code
+    detail: str
+
+
+def _bulk_request(form: dict[str, str]) -> tuple[str, str, list[str]]:
+    """The action, the reason and the picked workflow ids of a bulk form, each checked (422)."""
+    action, reason = form.get("action", ""), form.get("reason", "")
+    if action not in BULK_ACTIONS:
+        message = f"one of {', '.join(BULK_ACTIONS)}"
+        raise WeaveError(Code.VALIDATION_FAILED, f"/action: {message}", [{"pointer": "/action", "message": message}])
+    schemas.validate("control", {"reason": reason})
+    picked = [name.removeprefix(PICK) for name in form if name.startswith(PICK)]
+    rule = PATH_IDS["workflow_id"]
+    if not picked or not all(rule.rule.fullmatch(workflow_id) for workflow_id in picked):
+        message = "pick at least one workflow" if not picked else f"a workflow id is {rule.description}"
+        raise WeaveError(Code.VALIDATION_FAILED, f"/pick: {message}", [{"pointer": "/pick", "message": message}])
+    return action, reason, picked
+
+
+class BulkReview(Console):
+    """retry_step, fail or cancel for the workflows in review picked on the list, with one reason:
+    each workflow its own unit of work and its own audit record, as if reviewed one by one; the
+    answer is a result per workflow, what was done or why it was refused (issue 34, item 4)."""
+
+    @page("Review several workflows in review at once from the review console (HTML form)", "workflows:review")
+    def on_post(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str) -> None:
+        action, reason, picked = _bulk_request(visit.form)
+        results = [self.review_one(visit.principal, workflow_id, action, reason) for workflow_id in picked]
+        _render(
+            resp,
+            "bulk.html",
+            visit=visit,
+            root=ROOT,
+            namespace=namespace,
+            action=action,
+            reason=reason,
+            results=results,
+            workflow_url=functools.partial(_workflow_url, namespace),
+            list_url=_list_url(namespace, status="NEEDS_REVIEW"),
+        )
+
+    def review_one(self, principal: auth.Principal, workflow_id: str, action: str, reason: str) -> BulkResult:
+        try:
+            step_key = None
+            if action == review_rules.RETRY_STEP:  # the step under review, as the workflow's page names it
+                facts = instances.read_workflow(self.database, principal, workflow_id)
+                under_review = [key for key, a in facts.activations.items() if a["status"] == "NEEDS_REVIEW"]
+                if not under_review:
+                    return BulkResult(workflow_id, False, Code.INVALID_STATE.name, "no step is under review")
+                step_key = under_review[0]
+            facts = engine.review(self.database, principal, workflow_id, action, step_key, signal_rules.ABSENT, reason)
+        except WeaveError as exc:
+            return BulkResult(workflow_id, False, exc.code.name, exc.detail)
+        return BulkResult(workflow_id, True, facts.instance["status"], DONE[action])
+
+
 def _whole_number(text: str, pointer: str) -> int:
     """A form field holding a whole number (digits only); the schema then checks its range."""
     text = text.strip()
@@ -871,6 +942,7 @@ def routes(database, config) -> list[tuple[str, object]]:
         (f"{ROOT}/style.css", Stylesheet()),
         (f"{ns}/workflows", WorkflowList(database, limit)),
         (f"{ns}/signals", FactList(database, limit)),  # GET {N}/signals, as a page
+        (f"{ns}/bulk-review", BulkReview(database, limit)),  # not under workflows/: any name there is an id
         (f"{ns}/inbound", SourceList(database, limit)),
         (f"{ns}/inbound/{{source}}/deliveries", DeliveryList(database, limit)),  # GET {N}/inbound/…, as a page
         (f"{ns}/workflows/{{workflow_id}}", WorkflowPage(database, limit)),
