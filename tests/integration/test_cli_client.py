@@ -260,6 +260,59 @@ def test_R2_R4_a_workflow_stopped_by_time_is_refused_a_step_action_with_what_now
     assert extended.raw["deadline_at"] == (clock.now() + timedelta(seconds=60)).isoformat(timespec="microseconds") + "Z"
 
 
+def test_issue_34_4_review_all_retries_each_listed_workflow_on_its_own_with_a_dry_run_first(ops, flow, clock, capsys):
+    ops.publish_definition(signal_flow_definition(timeout=60))
+    for n in (1, 2, 3):
+        ops.start_workflow("flow", 1, {"order_id": f"o-{n}"}, 3600, workflow_id=f"order-{n}")
+    flow.scan()
+    for _ in range(3):
+        flow.finish_task({"reservation_id": "r"})
+    flow.scan()
+    clock.advance(60)
+    flow.scan()  # all three in review: WAIT_EXPIRED
+    ops.review("order-3", "fail", "already refunded")
+    ops.publish_definition(task_steps("reserve"))
+    ops.start_workflow("flow", 2, {}, 3600, workflow_id="order-9")  # running: not listed
+    argv = ("workflow", "review", "--all", "--reason-code", "WAIT_EXPIRED", "--action", "retry_step", "--reason", "x")
+    code, out, _ = run(capsys, *argv, "--dry-run")
+    assert code == 0 and out.splitlines() == [
+        "order-2: would retry_step step payment",
+        "order-1: would retry_step step payment",
+    ]
+    assert {w.status for w in ops.list_workflows(status="NEEDS_REVIEW")} == {"NEEDS_REVIEW"}  # nothing done
+    code, out, _ = run(capsys, *argv[:-1], "carrier back, OPS-7")
+    assert code == 0 and out.splitlines() == [
+        "order-2: retry_step done: RUNNING, gate OPEN",
+        "order-1: retry_step done: RUNNING, gate OPEN",
+    ]
+    assert [ops.get_workflow(f"order-{n}").steps[1].activation_sequence for n in (1, 2)] == [2, 2]
+    reviews = flow.rows("SELECT instance_id FROM audit_records WHERE action = 'workflow.review'")
+    assert len(reviews) == 3 and len({r["instance_id"] for r in reviews}) == 3  # order-3's fail, then one each
+    # Nothing in review any more: nothing matches; a refusal per workflow is reported as such
+    code, out, _ = run(capsys, *argv)
+    assert (code, out) == (0, "no workflow matched\n")
+    code, out, _ = run(
+        capsys, "workflow", "review", "--all", "--status", "FAILED", "--action", "cancel", "--reason", "x", "--json"
+    )
+    results = json.loads(out)["results"]
+    assert code == 1 and [(r["workflow_id"], r["done"], r["problem"]["code"]) for r in results] == [
+        ("order-3", False, "INVALID_STATE")
+    ]
+
+
+def test_issue_34_4_review_takes_one_workflow_id_or_all(ops, capsys):
+    for argv in (
+        ("workflow", "review", "--action", "fail", "--reason", "x"),
+        ("workflow", "review", "order-1", "--all", "--action", "fail", "--reason", "x"),
+        ("workflow", "review", "--all", "--action", "complete_step", "--reason", "x"),
+        ("workflow", "review", "order-1", "--dry-run", "--action", "fail", "--reason", "x"),
+    ):
+        with pytest.raises(SystemExit) as usage:
+            main(list(argv))
+        assert usage.value.code == 2, argv
+    capsys.readouterr()
+
+
 def test_workflow_list(ops, capsys):
     ops.publish_definition(task_steps("reserve"))
     for workflow_id in ("order-1", "order-2"):

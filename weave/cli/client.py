@@ -9,6 +9,9 @@ These commands talk to a running Weave over HTTP with a token, never to the data
     weave workflow pause|resume|cancel ID --reason TEXT
     weave workflow review ID --action retry_step|complete_step|fail|cancel [--step KEY] [--result JSON] --reason TEXT
     weave workflow review ID --action extend_deadline --deadline-seconds S --reason TEXT
+    weave workflow review --all [--status S] [--definition NAME] [--reason-code CODE] [--dry-run]
+                         --action retry_step|fail|cancel|extend_deadline [...] --reason TEXT
+                                            each listed workflow reviewed on its own, one line each
     weave signal send ID --step KEY --name NAME --payload-version V --correlation-key K
                          [--sequence N] [--payload JSON] [--evidence-ref REF] [--idempotency-key KEY] --reason TEXT
     weave signal route --name NAME --payload-version V --correlation-key K [--park-seconds S]
@@ -105,7 +108,7 @@ def _client(args) -> sdk.Client | None:
 
 
 def _command(
-    run: Callable[[sdk.Client, argparse.Namespace], None],
+    run: Callable[[sdk.Client, argparse.Namespace], int | None],
     what_now: Callable[[sdk.Client, argparse.Namespace, sdk.WeaveError], list[str]] | None = None,
 ) -> Callable[[argparse.Namespace], int]:
     """A command that prints a problem answer (code, detail, pointers, and the commands `what_now`
@@ -117,7 +120,7 @@ def _command(
             print("weave: set WEAVE_TOKEN and WEAVE_NAMESPACE (or pass --token and --namespace)", file=sys.stderr)
             return 2
         try:
-            run(client, args)
+            status = run(client, args)
         except sdk.WeaveError as exc:
             if getattr(args, "json", False):  # a program reads the error as it reads an answer
                 print(sdk.dumps(exc.problem), file=sys.stderr)
@@ -128,7 +131,7 @@ def _command(
             for line in what_now(client, args, exc) if what_now else ():
                 print(f"  what now: {line}", file=sys.stderr)
             return 1
-        return 0
+        return status or 0
 
     return command
 
@@ -351,7 +354,86 @@ def workflow_review(client: sdk.Client, args) -> None:
 
 def review_refused(client: sdk.Client, args, exc: sdk.WeaveError) -> list[str]:
     """A review refused as things stand (INVALID_STATE): what can be done instead."""
+    if args.workflow_id is None:
+        return []
     return _what_now(client.get_workflow(args.workflow_id)) if exc.code == "INVALID_STATE" else []
+
+
+def _step_under_review(workflow: sdk.Workflow) -> str | None:
+    return next((step.key for step in workflow.steps if step.status == "NEEDS_REVIEW"), None)
+
+
+def workflow_review_all(client: sdk.Client, args) -> int:
+    """`review --all`: the action on every workflow the filters list, each its own review call
+    (its own transaction and audit record), one line each; exit 1 when any was refused. With
+    `--dry-run`, what would be done, and nothing is."""
+    picked = [
+        w
+        for w in client.list_workflows(status=args.status, definition=args.definition)
+        if args.reason_code is None or w.review_reason == args.reason_code
+    ]
+    results = []
+    for summary in picked:
+        try:
+            step = args.step
+            if args.review_action == "retry_step":  # each workflow's own step under review
+                under_review = _step_under_review(client.get_workflow(summary.workflow_id))
+                if under_review is None or args.step not in (None, under_review):
+                    said = "no step is under review" if under_review is None else f"step {under_review} is under review"
+                    results.append((summary, None, said))
+                    continue
+                step = under_review
+            if args.dry_run:
+                results.append((summary, None, "would " + args.review_action + (f" step {step}" if step else "")))
+                continue
+            workflow = client.review(
+                summary.workflow_id,
+                args.review_action,
+                args.reason,
+                step_key=step,
+                deadline_seconds=args.deadline_seconds,
+            )
+            results.append((summary, workflow, None))
+        except sdk.WeaveError as exc:  # refused for this workflow: the others go on
+            results.append((summary, None, exc))
+    if args.json:
+        _print_json({"results": [_review_result(summary, workflow, note) for summary, workflow, note in results]})
+    else:
+        for summary, workflow, note in results:
+            if workflow is not None:
+                print(f"{summary.workflow_id}: {args.review_action} done: {workflow.status}, gate {workflow.gate}")
+            elif isinstance(note, sdk.WeaveError):
+                print(f"{summary.workflow_id}: refused {note.code}: {note.detail}")
+            else:
+                print(f"{summary.workflow_id}: {note}")
+        if not results:
+            print("no workflow matched")
+    refused = any(workflow is None and not args.dry_run for _, workflow, _ in results)
+    return 1 if refused else 0
+
+
+def _review_result(summary: sdk.Workflow, workflow: sdk.Workflow | None, note) -> dict:
+    if workflow is not None:
+        return {"workflow_id": summary.workflow_id, "done": True, "workflow": workflow.raw}
+    if isinstance(note, sdk.WeaveError):
+        return {"workflow_id": summary.workflow_id, "done": False, "problem": note.problem}
+    return {"workflow_id": summary.workflow_id, "done": False, "note": note}
+
+
+def _review_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """`review ID` or `review --all` (one of them; complete_step names one workflow's result)."""
+    one, many = _command(workflow_review, review_refused), _command(workflow_review_all)
+
+    def command(args) -> int:
+        if (args.workflow_id is None) == (not args.all):
+            parser.error("give a workflow id or --all, not both")
+        if args.all and args.review_action == "complete_step":
+            parser.error("--all cannot complete_step: a result belongs to one workflow")
+        if not args.all and (args.dry_run or args.reason_code):
+            parser.error("--dry-run and --reason-code go with --all")
+        return (many if args.all else one)(args)
+
+    return command
 
 
 def _print_workflow(workflow: sdk.Workflow, args) -> None:
@@ -545,9 +627,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p = actions.add_parser(
         "review", parents=[remote], help="repair a workflow in NEEDS_REVIEW (R2), or give it a new deadline (R4)"
     )
-    p.add_argument("workflow_id")
+    p.add_argument("workflow_id", nargs="?", help="the workflow (or --all)")
     p.add_argument("--action", dest="review_action", required=True, choices=REVIEW_ACTIONS)
-    p.add_argument("--step", help="the step under review (retry_step, complete_step)")
+    p.add_argument("--step", help="the step under review (retry_step, complete_step); with --all, only that step")
     p.add_argument(
         "--result", type=json_argument, default=sdk.ABSENT, help="complete_step: the step's result, JSON or @file"
     )
@@ -555,7 +637,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--deadline-seconds", type=int, help="extend_deadline: the new total deadline, seconds from now (1 s-366 days)"
     )
     p.add_argument("--reason", required=True, help="why (audited)")
-    p.set_defaults(run=_command(workflow_review, review_refused))
+    bulk = p.add_argument_group("many at once: every workflow the filters list, each reviewed on its own")
+    bulk.add_argument("--all", action="store_true", help="instead of one workflow id")
+    bulk.add_argument("--status", choices=WORKFLOW_STATUSES, default="NEEDS_REVIEW", help="(default NEEDS_REVIEW)")
+    bulk.add_argument("--definition", help="only workflows of this definition")
+    bulk.add_argument(
+        "--reason-code", metavar="CODE", help="only workflows in review for this reason (TASK_FAILED, ...)"
+    )
+    bulk.add_argument("--dry-run", action="store_true", help="say what would be done, do nothing")
+    p.set_defaults(run=_review_command(p))
 
     signal = commands.add_parser("signal", help="send and read signals through the API")
     actions = signal.add_subparsers(dest="action", required=True)
