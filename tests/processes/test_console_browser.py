@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from helpers import payment, signal_flow_definition
@@ -171,3 +172,74 @@ def test_an_operator_repairs_a_late_payment_in_the_browser(
     shot = Path(os.environ.get("WEAVE_CONSOLE_SCREENSHOT") or tmp_path / "console.png")
     browser.save_screenshot(str(tmp_path / "page.png"))
     shutil.copyfile(tmp_path / "page.png", shot)
+
+
+def shoot(browser, name: str, tmp_path: Path) -> None:
+    """A screenshot of the page as it is, into $WEAVE_CONSOLE_SCREENSHOTS/<name> when set (docs/ has
+    them: `WEAVE_CONSOLE_SCREENSHOTS=docs scripts/test tests/processes/test_console_browser.py`)."""
+    folder = Path(os.environ.get("WEAVE_CONSOLE_SCREENSHOTS") or tmp_path)
+    browser.save_screenshot(str(tmp_path / "shot.png"))
+    shutil.copyfile(tmp_path / "shot.png", folder / name)
+
+
+def test_issue_34_an_operator_finds_a_workflow_by_its_key_reads_its_input_and_bulk_retries_three(
+    browser, live_url, flow, tenant, clock, tmp_path
+):
+    """Issue 34's browser test: find a workflow by its correlation key, read its input, bulk-retry
+    three reviewed workflows and see each result; every value escaped on the way."""
+    from selenium.webdriver.common.by import By
+
+    flow.publish(signal_flow_definition(timeout=600))
+    orders = {"order-1": "o-41", "order-2": "o-42", "<script>order-3": "o-43"}
+    for workflow_id, key in orders.items():
+        body = (
+            f'{{"definition": "flow", "version": 1, "deadline_seconds": 86400, "workflow_id": {json.dumps(workflow_id)},'
+            f' "input": {{"order_id": {json.dumps(key)}, "total": 129.90, "note": "<script>alert(1)</script>"}}}}'
+        )
+        started = flow.client.simulate_post(
+            f"{flow.ns}/workflows", body=body, headers={**flow.headers, "Content-Type": "application/json"}
+        )
+        assert started.status_code == 201, started.text
+    flow.scan()
+    for _ in orders:
+        flow.finish_task({"reservation_id": "r"})
+    flow.scan()
+    clock.advance(600)
+    flow.scan()  # nobody paid: all three in review (WAIT_EXPIRED)
+    token = tenant.token(*OPERATOR, queues=("inventory", "carrier"), actor="ops-alice")
+    browser.get(f"{live_url}/console/")
+    browser.find_element(By.ID, "token").send_keys(token)
+    browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    wait_for(browser, lambda d: d.current_url.endswith("/console/ns/acme/workflows"))
+
+    # "Where is o-42?": the business key in the search box finds order-2 alone.
+    browser.find_element(By.ID, "correlation_key").send_keys("o-42")
+    browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+    wait_for(browser, lambda d: "correlation_key=o-42" in d.current_url)
+    found = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "table.list a.wid")]
+    assert found == ["order-2"]
+    shoot(browser, "console-search.png", tmp_path)
+    browser.find_element(By.LINK_TEXT, "order-2").click()
+    wait_for(browser, lambda d: d.current_url.endswith("/workflows/order-2"))
+    shown = text_of(browser, "#input")
+    assert '"total": 129.90' in shown and '"order_id": "o-42"' in shown  # exact, as started
+    assert '"note": "<script>alert(1)</script>"' in shown  # shown as text: the page ran no script
+    assert "o-42" in text_of(browser, "#input table")  # the key its payment wait resolved
+
+    # The workflows in review, three picked, retried with one reason: a result for each.
+    browser.get(f"{live_url}/console/ns/acme/workflows?status=NEEDS_REVIEW")
+    picks = browser.find_elements(By.CSS_SELECTOR, "#bulk-form input.pick")
+    assert len(picks) == 3
+    for pick in picks:
+        pick.click()
+    browser.find_element(By.ID, "bulk-reason").send_keys("PSP outage over, OPS-12")
+    shoot(browser, "console-list.png", tmp_path)
+    browser.find_element(By.ID, "bulk-submit").click()
+    wait_for(browser, lambda d: d.find_elements(By.ID, "bulk-results"))
+    rows = browser.find_elements(By.CSS_SELECTOR, "#bulk-results tbody tr")
+    assert sorted(row.find_element(By.CSS_SELECTOR, "a.wid").text for row in rows) == sorted(orders)
+    assert all(row.get_attribute("class") == "done" and "now RUNNING" in row.text for row in rows)
+    shoot(browser, "console-bulk.png", tmp_path)
+    for workflow_id in orders:
+        workflow = flow.workflow(quote(workflow_id, safe=""))
+        assert (workflow["status"], workflow["steps"][1]["activation_sequence"]) == ("RUNNING", 2)
