@@ -26,7 +26,10 @@ def test_N2_signature_is_the_reference_test_vector():
     assert notify.signature(SW_SECRET, SW_ID, SW_TIMESTAMP, SW_BODY.encode()) == SW_SIGNATURE
 
 
-@given(body=st.binary(max_size=300).map(lambda b: b.hex()), webhook_id=st.from_regex(r"msg_[A-Za-z0-9]{1,40}", fullmatch=True))
+@given(
+    body=st.binary(max_size=300).map(lambda b: b.hex()),
+    webhook_id=st.from_regex(r"msg_[A-Za-z0-9]{1,40}", fullmatch=True),
+)
 def test_N2_the_reference_library_verifies_signed_headers(body, webhook_id):
     secret = notify.new_secret()
     payload = json.dumps({"data": body}).encode()
@@ -105,12 +108,17 @@ def test_N2_check_url(url, expected):
     assert notify.check_url(url) == expected
 
 
-@pytest.mark.parametrize("url", ["ftp://example.com/", "file:///etc/passwd", "gopher://x", "http:///nohost", "https://x:99999/"])
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/", "file:///etc/passwd", "gopher://x", "http:///nohost", "https://x:99999/"]
+)
 def test_N2_only_http_and_https_urls(url):
     with pytest.raises(notify.Refused):
         notify.check_url(url)
 
 
-@pytest.mark.parametrize("status, ok", [(200, True), (204, True), (299, True), (301, False), (302, False), (404, False), (500, False), (None, False)])
+@pytest.mark.parametrize(
+    "status, ok",
+    [(200, True), (204, True), (299, True), (301, False), (302, False), (404, False), (500, False), (None, False)],
+)
 def test_N2_only_a_2xx_succeeds(status, ok):
     assert notify.succeeded(status) is ok
