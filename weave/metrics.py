@@ -257,7 +257,9 @@ class Backlog:
             lag.add_metric([source], seconds)
         yield lag
         yield GaugeMetricFamily(NEEDS_REVIEW, "Workflows in NEEDS_REVIEW", value=sum(figures["needs_review"].values()))
-        notifications = figures["notifications"]
+        notifications = figures.get("notifications")
+        if notifications is None:
+            return
         yield GaugeMetricFamily(
             OLDEST_UNDELIVERED,
             "Age of the oldest notification not yet delivered (0: none is pending)",
