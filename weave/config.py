@@ -74,6 +74,9 @@ DEFAULT_SCAN_IDLE_SECONDS = 0.25
 # tests run their receivers on loopback.
 DEFAULT_NOTIFY_DELIVERIES = 16
 DEFAULT_NOTIFY_ALLOW_PRIVATE = True
+# An attempt with no answer after this many seconds failed (`WEAVE_NOTIFY_TIMEOUT`); a claim's
+# lease is three of them (`weave.delivery.LEASE_FACTOR`), the longest a crash delays a notification.
+DEFAULT_NOTIFY_TIMEOUT_SECONDS = 10
 # Connections of one pool: the scanner's (each of its threads holds one) and the admin commands'.
 DEFAULT_POOL_SIZE = 32
 # An API process's pool holds one connection per thread and these beyond (readiness checks, the
@@ -99,6 +102,7 @@ class Config:
     pool_size: int = DEFAULT_POOL_SIZE  # a scanner's or an admin command's; an API process's: `api_pool_size`
     notify_deliveries: int = DEFAULT_NOTIFY_DELIVERIES
     notify_allow_private: bool = DEFAULT_NOTIFY_ALLOW_PRIVATE
+    notify_timeout_seconds: int = DEFAULT_NOTIFY_TIMEOUT_SECONDS
     # The keys that decrypt inbound sources' secrets (W1); None: the inbound route answers 503. Never shown.
     keyring: Keyring | None = field(default=None, repr=False)
 
@@ -176,7 +180,8 @@ ENVIRONMENT: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "keyring": (SECRET_KEY_VARIABLE, _keyring),
     "notify_deliveries": ("WEAVE_NOTIFY_DELIVERIES", _positive),
     "notify_allow_private": ("WEAVE_NOTIFY_ALLOW_PRIVATE", _flag),
+    "notify_timeout_seconds": ("WEAVE_NOTIFY_TIMEOUT", _positive),  # seconds
 }
 # What a scanner (`weave scan`, serving nothing) reads of them: the key that decrypts the
 # subscriptions' secrets and the delivery of notifications.
-SCANNER_SETTINGS = frozenset({"keyring", "notify_deliveries", "notify_allow_private"})
+SCANNER_SETTINGS = frozenset({"keyring", "notify_deliveries", "notify_allow_private", "notify_timeout_seconds"})

@@ -28,6 +28,7 @@ from datetime import timedelta
 from urllib.parse import urlsplit
 
 from weave import metrics
+from weave.config import DEFAULT_NOTIFY_TIMEOUT_SECONDS
 from weave.db import Database
 from weave.rules import notify
 from weave.secretbox import Keyring
@@ -35,7 +36,6 @@ from weave.sql import outbox
 
 log = logging.getLogger("weave.delivery")
 
-DEFAULT_TIMEOUT_SECONDS = 10.0  # N2: an attempt that has no answer after 10 s failed
 MAX_ANSWER_BYTES = 4096  # of the endpoint's answer body: enough for its error message, never more
 LEASE_FACTOR = 3  # a claim's lease, in timeouts: an attempt and its record fit well within it
 USER_AGENT = "weave-notifications/1"
@@ -132,7 +132,7 @@ class Deliveries:
         keyring: Keyring | None,
         slots: int,
         allow_private: bool,
-        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        timeout: float = DEFAULT_NOTIFY_TIMEOUT_SECONDS,
     ):
         self.database = database
         self.keyring = keyring

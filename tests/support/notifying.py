@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from weave.rules import notify
 from weave.secretbox import Keyring, new_key
 
-KEYRING = Keyring([new_key()])
+SECRET_KEY = new_key()  # WEAVE_SECRET_KEY of the scanner processes that deliver
+KEYRING = Keyring([SECRET_KEY])
 
 
 @dataclass

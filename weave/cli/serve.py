@@ -35,7 +35,13 @@ def _server_config(args, url: DatabaseUrl) -> Config:
 
 def deliveries_of(config: Config, database: Database) -> Deliveries:
     """The delivery threads of a scanner process (N2), as the settings say."""
-    return Deliveries(database, config.keyring, config.notify_deliveries, config.notify_allow_private)
+    return Deliveries(
+        database,
+        config.keyring,
+        config.notify_deliveries,
+        config.notify_allow_private,
+        timeout=config.notify_timeout_seconds,
+    )
 
 
 def cmd_serve(args) -> int:
