@@ -134,8 +134,8 @@ def _run(args, listener, base: str) -> int:
         stop = threading.Event()
         scanning = Config.from_env(serving=False)  # the key written above, the notifications' settings
         scanner_database = Database(scanner_url, pool_size=scanning.pool_size + scanning.notify_deliveries)
-        scanner = Scanner(scanner_database, deliveries=deliveries_of(scanning, scanner_database))
-        scanner = threading.Thread(target=scanner.run, args=(stop,), name="scanner", daemon=True)
+        scanning_loop = Scanner(scanner_database, deliveries=deliveries_of(scanning, scanner_database))
+        scanner = threading.Thread(target=scanning_loop.run, args=(stop,), name="scanner", daemon=True)
         scanner.start()
         try:
             server.serve(_server_config(args, url), args.host, args.port, api=[listener])
