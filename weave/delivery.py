@@ -49,16 +49,17 @@ class Answer:
 
 
 def _connect(host: str, port: int, allow_private: bool, deadline: float) -> socket.socket:
-    """A socket connected to an address of `host` that the check allows (the first that answers)."""
+    """A socket connected to an address of `host` that the check allows (the first that answers);
+    Refused when the check allowed none, OSError when none answered."""
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise OSError(f"cannot resolve {host}: {exc.strerror}") from None
-    why = f"no address for {host}"
+    refusals, failures = [], []
     for family, kind, proto, _, address in addresses:
         refusal = notify.address_refusal(address[0], allow_private)
         if refusal is not None:
-            why = refusal
+            refusals.append(refusal)
             continue
         sock = socket.socket(family, kind, proto)
         try:
@@ -67,8 +68,10 @@ def _connect(host: str, port: int, allow_private: bool, deadline: float) -> sock
             return sock
         except OSError as exc:
             sock.close()
-            why = f"connecting to {address[0]}: {exc}"
-    raise notify.Refused(why) if why.startswith("the endpoint's address") else OSError(why)
+            failures.append(f"connecting to {address[0]}: {exc}")
+    if failures or not refusals:
+        raise OSError("; ".join(failures) or f"no address for {host}")
+    raise notify.Refused(refusals[0])
 
 
 def post(url: str, headers: dict[str, str], body: bytes, allow_private: bool, timeout: float) -> Answer:
@@ -81,22 +84,23 @@ def post(url: str, headers: dict[str, str], body: bytes, allow_private: bool, ti
 
     try:
         scheme, host, port = notify.check_url(url)
-        sock = _connect(host, port, allow_private, deadline)
+        connected = [_connect(host, port, allow_private, deadline)]
     except notify.Refused as exc:
         return answer(None, f"refused: {exc}")
     except OSError as exc:
         return answer(None, str(exc))
     # The whole attempt ends at the deadline: a socket timeout alone bounds each read, not an
-    # endpoint that answers a byte every few seconds.
-    cut = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, (sock,))
+    # endpoint that answers a byte every few seconds. (`connected` holds the TLS socket once
+    # wrapped: wrapping detaches the plain one.)
+    cut = threading.Timer(max(0.0, deadline - time.monotonic()), lambda: _shut(connected[-1]))
     cut.daemon = True
     cut.start()
     try:
         if scheme == "https":
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+            connected.append(ssl.create_default_context().wrap_socket(connected[0], server_hostname=host))
         parts = urlsplit(url)
         connection = http.client.HTTPConnection(host, port, timeout=timeout)
-        connection.sock = sock  # connected above, to the checked address
+        connection.sock = connected[-1]  # connected above, to the checked address
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         connection.request("POST", path, body, {**headers, "user-agent": USER_AGENT})
         response = connection.getresponse()
@@ -107,7 +111,7 @@ def post(url: str, headers: dict[str, str], body: bytes, allow_private: bool, ti
         return answer(None, f"timed out after {timeout:g} s" if late else f"{type(exc).__name__}: {exc}")
     finally:
         cut.cancel()
-        sock.close()
+        connected[-1].close()
     if notify.succeeded(status):
         return answer(status, None)
     if 300 <= status < 400:

@@ -231,3 +231,20 @@ def test_N2_a_secret_that_cannot_be_decrypted_is_an_attempt_that_failed(database
     assert receiver.received == []
     [attempt] = attempts(database, notification_id)
     assert "WEAVE_SECRET_KEY" in attempt["error"]
+
+
+def test_N2_an_https_endpoint_that_never_answers_its_handshake_times_out(database, deliveries):
+    """The TLS path: the handshake is made on the checked socket and the attempt's deadline cuts it."""
+    import socket
+
+    pool = deliveries(timeout=1.0)
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        url = f"https://127.0.0.1:{listener.getsockname()[1]}/hooks"
+        notification_id = enqueue(database, subscribe(database, url))
+        scan(database, pool)
+    finally:
+        listener.close()
+    [attempt] = attempts(database, notification_id)
+    assert attempt["http_status"] is None and attempt["error"] == "timed out after 1 s"
+    assert 900 <= attempt["duration_ms"] < 3000
