@@ -67,6 +67,16 @@ DEFAULT_SCAN_BATCH_SIZE = 100  # candidates listed and processed per batch
 DEFAULT_SCAN_THREADS = 8
 # `weave scan --idle-seconds`: the longest sleep between batches, once idle (`weave.scanner.pause_after`).
 DEFAULT_SCAN_IDLE_SECONDS = 0.25
+# Outbound notifications (N2): POSTs in flight at once per scanner process (`WEAVE_NOTIFY_DELIVERIES`),
+# each holding a delivery thread of its own for up to the timeout (`weave.delivery`): 16 hanging
+# endpoints take 16 threads and nothing else. Private and loopback endpoints are allowed unless
+# `WEAVE_NOTIFY_ALLOW_PRIVATE=0`, which production sets (docs/operations.md): development and the
+# tests run their receivers on loopback.
+DEFAULT_NOTIFY_DELIVERIES = 16
+DEFAULT_NOTIFY_ALLOW_PRIVATE = True
+# An attempt with no answer after this many seconds failed (`WEAVE_NOTIFY_TIMEOUT`); a claim's
+# lease is three of them (`weave.delivery.LEASE_FACTOR`), the longest a crash delays a notification.
+DEFAULT_NOTIFY_TIMEOUT_SECONDS = 10
 # Connections of one pool: the scanner's (each of its threads holds one) and the admin commands'.
 DEFAULT_POOL_SIZE = 32
 # An API process's pool holds one connection per thread and these beyond (readiness checks, the
@@ -90,6 +100,9 @@ class Config:
     scan_threads: int = DEFAULT_SCAN_THREADS
     scan_idle_seconds: float = DEFAULT_SCAN_IDLE_SECONDS
     pool_size: int = DEFAULT_POOL_SIZE  # a scanner's or an admin command's; an API process's: `api_pool_size`
+    notify_deliveries: int = DEFAULT_NOTIFY_DELIVERIES
+    notify_allow_private: bool = DEFAULT_NOTIFY_ALLOW_PRIVATE
+    notify_timeout_seconds: int = DEFAULT_NOTIFY_TIMEOUT_SECONDS
     # The keys that decrypt inbound sources' secrets (W1); None: the inbound route answers 503. Never shown.
     keyring: Keyring | None = field(default=None, repr=False)
 
@@ -100,11 +113,12 @@ class Config:
         """The settings of this process: each flag given (not None) first, then its environment
         variable (`ENVIRONMENT`, read here once; not at all under a flag given), then the named
         default. `serving`: the process serves the API and reads the API's variables; a scanner
-        has none of its own, and does not refuse to start over an API setting it does not use."""
+        reads only its own (`SCANNER_SETTINGS`), and does not refuse to start over an API setting it
+        does not use."""
         environ = os.environ if environ is None else environ
         settings = {name: value for name, value in flags.items() if value is not None}
         for name, (variable, parse) in ENVIRONMENT.items():
-            if serving and name not in settings and variable in environ:
+            if (serving or name in SCANNER_SETTINGS) and name not in settings and variable in environ:
                 settings[name] = parse(variable, environ[variable])
         return cls(database_url, **settings)
 
@@ -141,6 +155,12 @@ def _non_negative(variable: str, raw: str) -> int:
     return int(raw)
 
 
+def _flag(variable: str, raw: str) -> bool:
+    if raw not in ("0", "1"):
+        raise SystemExit(f"{variable} must be 0 or 1 (got {raw!r})")
+    return raw == "1"
+
+
 def _keyring(variable: str, raw: str) -> Keyring | None:
     try:
         return Keyring.from_env({variable: raw})
@@ -158,4 +178,10 @@ ENVIRONMENT: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "body_buffer_bytes": ("WEAVE_BODY_BUFFER_BYTES", _positive),
     "max_waiting_claims": ("WEAVE_MAX_WAITING_CLAIMS", _non_negative),
     "keyring": (SECRET_KEY_VARIABLE, _keyring),
+    "notify_deliveries": ("WEAVE_NOTIFY_DELIVERIES", _positive),
+    "notify_allow_private": ("WEAVE_NOTIFY_ALLOW_PRIVATE", _flag),
+    "notify_timeout_seconds": ("WEAVE_NOTIFY_TIMEOUT", _positive),  # seconds
 }
+# What a scanner (`weave scan`, serving nothing) reads of them: the key that decrypts the
+# subscriptions' secrets and the delivery of notifications.
+SCANNER_SETTINGS = frozenset({"keyring", "notify_deliveries", "notify_allow_private", "notify_timeout_seconds"})

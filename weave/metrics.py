@@ -188,17 +188,28 @@ LEASES_EXPIRED = Counter(
     "weave_scanner_leases_expired_total", "Expired task leases settled by the scanner, by decision", ["decision"]
 )
 
+NOTIFICATIONS = Counter(
+    "weave_notifications_total",
+    "Outbound notification attempts and drops (N2, N3), by event type and outcome: delivered (a 2xx answered),"
+    " failed (tried again later), settled (delivered or dropped meanwhile), dropped (its subscription was"
+    " disabled or deleted: not sent)",
+    ["event", "outcome"],
+)
+
 # ---- read from the database at scrape time --------------------------------------------------------------
 
 LAG = "weave_scanner_lag_seconds"
 NEEDS_REVIEW = "weave_workflows_needs_review"
+OLDEST_UNDELIVERED = "weave_notifications_oldest_undelivered_seconds"
+FAILING_SUBSCRIPTIONS = "weave_notify_subscriptions_failing"
 BACKLOG_MAX_AGE_SECONDS = 1.0  # the lag is alerted on after a minute; a second older costs nothing
 
 
 class Backlog:
     """A collector of the figures read from the database when scraped: the scanner's lag by source
     and the workflows in NEEDS_REVIEW. `read()` returns `{"lag_seconds": {source: seconds},
-    "needs_review": {namespace: count}}` (weave.scanner.backlog). A database that does not answer
+    "needs_review": {namespace: count}, "notifications": {"oldest_undelivered_seconds": s,
+    "failing_subscriptions": n}}` (weave.scanner.backlog). A database that does not answer
     leaves both out of the scrape rather than failing it: the other figures still tell why.
 
     They are read at most once every BACKLOG_MAX_AGE_SECONDS (issue 26, item 9): /metrics answers
@@ -246,6 +257,19 @@ class Backlog:
             lag.add_metric([source], seconds)
         yield lag
         yield GaugeMetricFamily(NEEDS_REVIEW, "Workflows in NEEDS_REVIEW", value=sum(figures["needs_review"].values()))
+        notifications = figures.get("notifications")
+        if notifications is None:
+            return
+        yield GaugeMetricFamily(
+            OLDEST_UNDELIVERED,
+            "Age of the oldest notification not yet delivered (0: none is pending)",
+            value=notifications["oldest_undelivered_seconds"],
+        )
+        yield GaugeMetricFamily(
+            FAILING_SUBSCRIPTIONS,
+            "Enabled notification subscriptions whose endpoint failed its last attempt",
+            value=notifications["failing_subscriptions"],
+        )
 
 
 class Exposition:

@@ -46,8 +46,9 @@ from prometheus_client import Counter
 from weave import metrics
 from weave.config import DEFAULT_SCAN_BATCH_SIZE, DEFAULT_SCAN_IDLE_SECONDS
 from weave.db import Database
+from weave.delivery import Deliveries
 from weave.rules import sharing
-from weave.sql import backoff, checkpoints, engine, inbox, instances, routing, scanners, signals, tasks
+from weave.sql import backoff, checkpoints, engine, inbox, instances, outbox, routing, scanners, signals, tasks
 from weave.tx import Tx
 
 log = logging.getLogger("weave.scanner")
@@ -80,6 +81,8 @@ class CandidateSource:
     decisions: Counter = metrics.SCANNER_DECISIONS  # counts its decisions by kind
     # The batch report's field for its decisions: `done` counts them, a dict field by kind.
     tally: str = "done"
+    # () -> how many candidates it can take now (its listing's limit); None: as many as the batch
+    capacity: Callable[[], int] | None = None
 
     def due(self, tx: Tx, limit: int) -> list[dict]:
         """Up to `limit` candidates due now, oldest first."""
@@ -113,6 +116,17 @@ SOURCES = (
     ),
 )
 SCANNED = (LEASE_EXPIRY, *SOURCES)  # what a scanner lists; an expired lease goes first among equals
+
+
+def notification_source(deliveries: Deliveries) -> CandidateSource:
+    """N2: due notifications, claimed and handed to `deliveries`' threads; listed only while one
+    of those threads is free, so a full pool leaves them for a later batch and takes no slot of it.
+    A claim that fails has nowhere to back off: the notification is still due, the next batch finds it."""
+    return CandidateSource(
+        "notification", outbox.listing_due, deliveries, None, outbox.count_due, capacity=deliveries.room
+    )
+
+
 LISTING = "batch"  # the failures label of a batch that could not list its candidates
 
 
@@ -126,7 +140,11 @@ def backlog(tx: Tx, count_due: bool = False) -> dict:
     for source in SOURCES:
         oldest = source.due(tx, 1)
         lag[source.name] = (now - oldest[0]["due_at"]).total_seconds() if oldest else 0.0
-    figures = {"lag_seconds": lag, "needs_review": instances.needs_review_by_namespace(tx)}
+    figures = {
+        "lag_seconds": lag,
+        "needs_review": instances.needs_review_by_namespace(tx),
+        "notifications": outbox.health(tx),
+    }
     if count_due:
         figures["due"] = {source.name: source.count_due(tx) for source in SOURCES}
     return figures
@@ -194,8 +212,13 @@ class Scanner:
         batch_size: int = DEFAULT_SCAN_BATCH_SIZE,
         idle_seconds: float = DEFAULT_SCAN_IDLE_SECONDS,
         threads: int = 1,
+        deliveries: Deliveries | None = None,
     ):
         self.database = database
+        # N2: with `deliveries`, it delivers notifications too (`weave scan`, `weave dev`)
+        self.deliveries = deliveries
+        if deliveries is not None:
+            sources = (*sources, notification_source(deliveries))
         self.sources = sources
         self.batch_size = batch_size
         self.idle_seconds = idle_seconds
@@ -243,9 +266,11 @@ class Scanner:
                     scanners.heartbeat(tx, member_id, now)
                     self.heartbeat_at, self.beaten = now, time.monotonic()
                 members = (scanners.listing_live(now - sharing.LIVE),)
-            answers = tx.all_together(*members, *(source.listing(now, limit) for source in self.sources))
+            limits = [limit if source.capacity is None else min(limit, source.capacity()) for source in self.sources]
+            listing = [(source, n) for source, n in zip(self.sources, limits) if n > 0]
+            answers = tx.all_together(*members, *(source.listing(now, n) for source, n in listing))
             live = {row["id"]: row["heartbeat_at"] for row in answers.pop(0)} if members else None
-            listed = [Candidate.listed(source, row) for source, rows in zip(self.sources, answers) for row in rows]
+            listed = [Candidate.listed(source, row) for (source, _), rows in zip(listing, answers) for row in rows]
             return now, live, listed
 
         now, live, merged = self.database.read(read)
@@ -354,3 +379,5 @@ class Scanner:
             self.leave()
         except Exception as exc:  # its heartbeat stops all the same: the others count it out after `sharing.LIVE`
             log.warning("scanner member %s could not leave: %s", self.member_id, exc)
+        if self.deliveries is not None:  # POSTs in flight finish or time out; what they leave is due again later
+            self.deliveries.close()

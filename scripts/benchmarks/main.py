@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--latency-signals", type=int, default=200)
     parser.add_argument(
+        "--latency-hanging",
+        action="store_true",
+        help="latency: run it again beside a notification subscription to an endpoint that never answers (N2)",
+    )
+    parser.add_argument(
         "--only",
         choices=(
             "pulse",
@@ -140,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
                 "e2e": lambda: e2e.run(bench, args.workflows),
                 "signals": lambda: signals.run(bench, args.signals, args.repeat),
                 "routing": lambda: routing.run(bench, args.routing_signals, args.repeat),
-                "latency": lambda: latency.run(bench, args.latency_signals),
+                "latency": lambda: (latency.run_beside_hanging if args.latency_hanging else latency.run)(
+                    bench, args.latency_signals
+                ),
                 "consumption": lambda: consumption.run(bench, args.consumption_signals),
                 "peer": lambda: peers.run(bench, args.signals, args.repeat),
                 "batches": lambda: batches.run(bench, args.batch_signals, args.repeat),

@@ -426,12 +426,30 @@ def test_config_reads_the_environment_once_and_the_flags_go_over_it(monkeypatch)
     monkeypatch.setenv("WEAVE_MAX_WAITING_CLAIMS", "lots")  # an API setting: not the scanner's concern
     args = build_parser().parse_args(["scan", "--once", "--database-url", "mysql://u@127.0.0.1:1/db"])
     assert cmd_scan(args) == 0
+    deliveries = made.pop("deliveries")
     assert made == {
         "batch_size": settings.DEFAULT_SCAN_BATCH_SIZE,
         "idle_seconds": settings.DEFAULT_SCAN_IDLE_SECONDS,
         "threads": settings.DEFAULT_SCAN_THREADS,
-        "pool": settings.DEFAULT_POOL_SIZE,
+        "pool": settings.DEFAULT_POOL_SIZE + settings.DEFAULT_NOTIFY_DELIVERIES,  # a connection per delivery thread
     }
+    assert (deliveries.slots, deliveries.allow_private, deliveries.timeout) == (
+        settings.DEFAULT_NOTIFY_DELIVERIES,
+        settings.DEFAULT_NOTIFY_ALLOW_PRIVATE,
+        settings.DEFAULT_NOTIFY_TIMEOUT_SECONDS,
+    )
+    deliveries.close()
+    # N2: a scanner reads its own variables (the notifications'), and none of the API's
+    monkeypatch.setenv("WEAVE_NOTIFY_DELIVERIES", "3")
+    monkeypatch.setenv("WEAVE_NOTIFY_ALLOW_PRIVATE", "0")
+    assert cmd_scan(args) == 0
+    assert (made["deliveries"].slots, made["deliveries"].allow_private, made["pool"]) == (3, False, 35)
+    made.pop("deliveries").close()
+    monkeypatch.setenv("WEAVE_NOTIFY_ALLOW_PRIVATE", "no")
+    with pytest.raises(SystemExit, match="WEAVE_NOTIFY_ALLOW_PRIVATE must be 0 or 1"):
+        cmd_scan(args)
+    monkeypatch.delenv("WEAVE_NOTIFY_ALLOW_PRIVATE")
+    monkeypatch.delenv("WEAVE_NOTIFY_DELIVERIES")
     args = build_parser().parse_args(
         ["scan", "--once", "--threads", "2", "--idle-seconds", "1.5", "--database-url", "mysql://u@127.0.0.1:1/db"]
     )

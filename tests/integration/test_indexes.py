@@ -882,3 +882,79 @@ def test_issue_34_2_a_search_by_key_reads_both_key_indexes_and_a_page_by_primary
     used = keys_used(plan)
     assert {("w", "ix_waits_correlation"), ("s", "ix_signals_correlation"), ("i", "PRIMARY")} <= used, plan
     assert full_scans(plan) == [], plan
+
+
+# Outbound notifications' delivery (N2, N3): the scanner's listing, the claim and the record of an
+# attempt find their rows by key; the scrape's oldest-undelivered read ranges over the due index.
+OUTBOX_KEYS = {
+    "outbox.DUE": {("notifications", "ix_notifications_due")},
+    "outbox.COUNT_DUE": {("notifications", "ix_notifications_due")},
+    "outbox.LOCK_NOTIFICATION": {("notifications", "PRIMARY")},
+    "outbox.SELECT_SUBSCRIPTION": {("notify_subscriptions", "PRIMARY")},
+    "outbox.DROP": {("notifications", "PRIMARY")},
+    "outbox.LEASE": {("notifications", "PRIMARY")},
+    "outbox.LOCK_FOR_RECORD": {("notifications", "PRIMARY")},
+    "outbox.DELIVER": {("notifications", "PRIMARY")},
+    "outbox.RETRY": {("notifications", "PRIMARY")},
+    "outbox.HEALTHY": {("notify_subscriptions", "PRIMARY")},
+    "outbox.FAILING": {("notify_subscriptions", "PRIMARY")},
+    "outbox.OLDEST_UNDELIVERED": {("notifications", "ix_notifications_due")},
+    # one row per subscription, which operators make: read whole at most once a second per scrape
+    "outbox.COUNT_FAILING": set(),
+}
+LISTED_ELSEWHERE |= set(OUTBOX_KEYS)
+
+
+def test_N2_outbox_statements_read_through_their_indexes(database):
+    """On an outbox of thousands of delivered rows and a few hundred pending ones."""
+    from weave.sql import outbox
+
+    def fill(tx):
+        now = tx.now()
+        tx.executemany(
+            "INSERT INTO notify_subscriptions (namespace_id, name, url, event_mask, status, ciphertext, created_at,"
+            " updated_at) VALUES (1, %s, 'http://h/', 63, 'ENABLED', 'c', %s, %s)",
+            [(f"s{n}", now, now) for n in range(50)],
+        )
+        first = tx.one("SELECT MIN(id) AS id FROM notify_subscriptions")["id"]
+        tx.executemany(
+            "INSERT INTO notifications (subscription_id, namespace_id, event_type, webhook_id, occurred_at, body,"
+            " status, due_at) VALUES (%s, 1, 'workflow.succeeded', %s, %s, '{}', %s, %s)",
+            [
+                (
+                    first + n % 50,
+                    f"msg_{n}",
+                    now,
+                    "PENDING" if n % 20 == 0 else "DELIVERED",
+                    now if n % 20 == 0 else None,
+                )
+                for n in range(6000)
+            ],
+        )
+        tx.execute("ANALYZE TABLE notifications, notify_subscriptions")
+        return first, tx.one("SELECT MIN(id) AS id FROM notifications")["id"]
+
+    subscription, notification = database.run(fill)
+    now = datetime(2026, 11, 30, 7, 0)
+    params = {
+        "outbox.DUE": (now, 100),
+        "outbox.COUNT_DUE": (now,),
+        "outbox.LOCK_NOTIFICATION": (notification,),
+        "outbox.SELECT_SUBSCRIPTION": (subscription,),
+        "outbox.DROP": (notification,),
+        "outbox.LEASE": (now, notification),
+        "outbox.LOCK_FOR_RECORD": (notification,),
+        "outbox.DELIVER": (now, notification),
+        "outbox.RETRY": (now, "HTTP 500", notification),
+        "outbox.HEALTHY": (now, subscription),
+        "outbox.FAILING": (now, now, subscription),
+        "outbox.OLDEST_UNDELIVERED": (),
+        "outbox.COUNT_FAILING": (),
+    }
+    assert set(params) == set(OUTBOX_KEYS)
+    for name, keys in OUTBOX_KEYS.items():
+        plan = explain(database, getattr(outbox, name.split(".")[1]), params[name])
+        assert keys <= keys_used(plan), (name, plan)
+        if keys:
+            assert full_scans(plan) == [], (name, plan)
+    assert not any("filesort" in (row["Extra"] or "") for row in explain(database, outbox.DUE, params["outbox.DUE"]))

@@ -54,6 +54,9 @@ PINNED = {  # SPEC §12: name -> labels (None: not pinned)
     "weave_db_retries_total": {"code"},
     "weave_scanner_lag_seconds": {"source"},
     "weave_scanner_decisions_total": {"kind"},
+    "weave_notifications_total": {"event", "outcome"},
+    "weave_notifications_oldest_undelivered_seconds": None,
+    "weave_notify_subscriptions_failing": None,
 }
 
 
@@ -309,6 +312,34 @@ def test_lag_is_the_age_of_the_oldest_due_candidate_of_each_source(wf, database,
     figures = database.read(backlog, count_due=True)
     assert figures["lag_seconds"]["signal_expiry"] == 5.0
     assert figures["due"]["signal_expiry"] == 1
+
+
+def test_N2_notifications_counted_by_event_and_outcome_oldest_undelivered_and_failing_subscriptions(
+    client, database, clock
+):
+    from notifying import KEYRING, Receiver, enqueue, subscribe
+
+    from weave.delivery import Deliveries
+
+    pool = Deliveries(database, KEYRING, 2, True)
+    delta = Delta(client)
+    try:
+        with Receiver(answers=[500]) as failing, Receiver() as answering:
+            stuck = subscribe(database, failing.url, name="failing")
+            enqueue(database, stuck, event="workflow.failed")
+            enqueue(database, subscribe(database, answering.url, name="fine"), event="workflow.succeeded")
+            clock.advance(7)
+            scanner = Scanner(database, deliveries=pool)
+            scanner.run_once()
+            assert pool.wait_idle(10)
+    finally:
+        pool.close()
+    assert delta("weave_notifications_total", event="workflow.succeeded", outcome="delivered") == 1
+    assert delta("weave_notifications_total", event="workflow.failed", outcome="failed") == 1
+    scraped = scrape(client)
+    assert value(scraped, "weave_notifications_oldest_undelivered_seconds") == 7.0  # the failed one waits
+    assert value(scraped, "weave_notify_subscriptions_failing") == 1
+    assert database.read(backlog)["notifications"] == {"oldest_undelivered_seconds": 7.0, "failing_subscriptions": 1}
 
 
 def test_workflows_in_review_are_counted_by_namespace(flow, database, other_tenant):

@@ -54,12 +54,20 @@ def test_the_bench_command_starts_and_describes_its_flags():
         "--server-processes",
         "--validation-bytes",
         "--hostile-repeat",
+        "--latency-hanging",
     )
     assert all(flag in shown.stdout for flag in flags)
 
 
 # The bench measures its own database server's CPU, so it always starts a private one.
 @pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+def test_N2_the_latency_section_runs_beside_a_hanging_endpoint_on_tiny_sizes():
+    with harness.running_weave(threads=4) as running:
+        plain, hung, ratio = latency.run_beside_hanging(running, 3, idle_window=0.2, notifications=40)
+    assert hung["label"] == "signal accepted -> consumed beside a hanging endpoint"
+    assert plain["p99_ms"] >= 0 and hung["p99_ms"] >= 0 and ratio["p99_ratio"] >= 0
+
+
 def test_every_bench_section_runs_on_tiny_sizes():
     with harness.running_weave(threads=4) as running:
         rows = (

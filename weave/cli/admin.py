@@ -25,6 +25,11 @@ def cmd_stats(args) -> int:
         for source, lag in figures["lag_seconds"].items()
     ]
     lines += [f"needs review in {namespace}: {count}" for namespace, count in figures["needs_review"].items()]
+    notifications = figures["notifications"]
+    lines.append(
+        f"notifications: the oldest undelivered for {notifications['oldest_undelivered_seconds']:.1f} s, "
+        f"{notifications['failing_subscriptions']} failing subscription(s)"
+    )
     _print(args, figures, "\n".join(lines))
     return 0
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from weave import auth, migrate, server
 from weave.cli.demo import DEV_DEFINITIONS, DEV_POLL_INTERVAL, DEV_QUEUE, DEV_REVIEW_WAIT
-from weave.cli.serve import _exit_on_sigterm, _server_config
+from weave.cli.serve import _exit_on_sigterm, _server_config, deliveries_of
+from weave.config import Config
 from weave.db import Database
 from weave.dburl import DatabaseUrl
 from weave.errors import Code, WeaveError
@@ -131,7 +132,10 @@ def _run(args, listener, base: str) -> int:
         )
         sys.stdout.flush()
         stop = threading.Event()
-        scanner = threading.Thread(target=Scanner(Database(scanner_url)).run, args=(stop,), name="scanner", daemon=True)
+        scanning = Config.from_env(serving=False)  # the key written above, the notifications' settings
+        scanner_database = Database(scanner_url, pool_size=scanning.pool_size + scanning.notify_deliveries)
+        scanning_loop = Scanner(scanner_database, deliveries=deliveries_of(scanning, scanner_database))
+        scanner = threading.Thread(target=scanning_loop.run, args=(stop,), name="scanner", daemon=True)
         scanner.start()
         try:
             server.serve(_server_config(args, url), args.host, args.port, api=[listener])

@@ -13,6 +13,7 @@ from weave import metrics, server
 from weave.config import Config
 from weave.db import Database
 from weave.dburl import DatabaseUrl
+from weave.delivery import Deliveries
 from weave.scanner import Scanner, backlog
 
 log = logging.getLogger("weave.cli")
@@ -29,6 +30,17 @@ def _server_config(args, url: DatabaseUrl) -> Config:
         header_timeout_seconds=args.header_timeout,
         min_body_rate=args.min_body_rate,
         body_buffer_bytes=args.body_buffer_bytes,
+    )
+
+
+def deliveries_of(config: Config, database: Database) -> Deliveries:
+    """The delivery threads of a scanner process (N2), as the settings say."""
+    return Deliveries(
+        database,
+        config.keyring,
+        config.notify_deliveries,
+        config.notify_allow_private,
+        timeout=config.notify_timeout_seconds,
     )
 
 
@@ -59,9 +71,13 @@ def cmd_scan(args) -> int:
     config = Config.from_env(
         args.database_url.url(), serving=False, scan_threads=args.threads, scan_idle_seconds=args.idle_seconds
     )
-    database = Database(args.database_url, pool_size=config.pool_size)
+    database = Database(args.database_url, pool_size=config.pool_size + config.notify_deliveries)
     scanner = Scanner(
-        database, batch_size=config.scan_batch_size, idle_seconds=config.scan_idle_seconds, threads=config.scan_threads
+        database,
+        batch_size=config.scan_batch_size,
+        idle_seconds=config.scan_idle_seconds,
+        threads=config.scan_threads,
+        deliveries=deliveries_of(config, database),
     )
     if args.once:
         print(scanner.run_once().line())

@@ -108,6 +108,12 @@ def _key(scheme: str, secret: str) -> bytes:
     raise ValueError(f"unknown scheme {scheme!r}; one of {', '.join(SCHEMES)}")
 
 
+def standard_key(secret: str) -> bytes:
+    """The HMAC key of a Standard Webhooks secret (`whsec_` + base64 of 24-64 bytes), as inbound
+    verification and outbound signing (weave.rules.notify) both use it; ValueError when malformed."""
+    return _key(STANDARD_WEBHOOKS, secret)
+
+
 def check_secret(scheme: str, secret: str) -> None:
     """ValueError (its message for the operator) when `secret` cannot be a secret of `scheme`."""
     _key(scheme, secret)
