@@ -2,6 +2,8 @@
 correlation key"): `GET {N}/workflows?correlation_key=K` lists the instances with a wait or a
 signal of exactly that key, any generation.
 
+- `ix_inbound_deliveries_signal (signal_id)`: a workflow's page links each signal that came as an
+  inbound webhook to its source's deliveries (issue 34, item 3).
 - `ix_waits_correlation (correlation(32))` and `ix_signals_correlation (correlation(32))`: the
   first 32 bytes of the key. A business key is short (an order id, a payment id), so the prefix
   holds it whole almost always; a longer key is compared in full on the rows the prefix finds. A
@@ -27,6 +29,12 @@ steps = [
                 (
                     "ix_signals_correlation",
                     "KEY ix_signals_correlation (correlation(32)) COMMENT 'instances by a key their signals carried'",
+                )
+            ],
+            "inbound_deliveries": [
+                (
+                    "ix_inbound_deliveries_signal",
+                    "KEY ix_inbound_deliveries_signal (signal_id) COMMENT 'the delivery a signal came in (console)'",
                 )
             ],
         },

@@ -64,6 +64,11 @@ SELECT s.id, s.name, s.payload_version, s.target_step_key, s.target_activation_s
        s.disposition, s.accepted_at, s.consumed_at, s.route_key IS NOT NULL AS by_key
 FROM signals s WHERE s.id IN %s ORDER BY s.id
 """
+# The inbound source each of the page's signals came through, if it came as a webhook (W4).
+SELECT_INBOUND_SOURCES = """
+SELECT d.signal_id, s.name AS source FROM inbound_deliveries d JOIN inbound_sources s ON s.id = d.source_id
+WHERE d.signal_id IN %s
+"""
 ROUND_IDS_AFTER = "SELECT id FROM tasks WHERE activation_id IN %s AND id > %s ORDER BY id LIMIT %s"
 ROUND_IDS_BEFORE = "SELECT id FROM tasks WHERE activation_id IN %s AND id < %s ORDER BY id DESC LIMIT %s"
 SELECT_ROUNDS = """
@@ -155,6 +160,12 @@ def read_record(
 
     signal_ids = _page(tx, signals, SIGNAL_IDS_AFTER, SIGNAL_IDS_BEFORE, (instance_id,))
     signal_rows = tx.all(SELECT_SIGNALS, (head, tuple(r["id"] for r in signal_ids.rows))) if signal_ids.rows else []
+    if signal_rows:
+        sources = {
+            r["signal_id"]: r["source"] for r in tx.all(SELECT_INBOUND_SOURCES, (tuple(r["id"] for r in signal_rows),))
+        }
+        for row in signal_rows:
+            row["inbound_source"] = sources.get(row["id"])
 
     polls = {step["key"] for step in document["steps"] if step["type"] == "POLL"}
     poll_activations = tuple(a["id"] for a in activations if a["step_key"] in polls)

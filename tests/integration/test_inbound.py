@@ -23,7 +23,7 @@ import falcon.testing
 import pytest
 import standardwebhooks
 import stripe
-from helpers import Flow, captured_log, signal_flow_definition
+from helpers import Flow, captured_log, payment, signal_flow_definition
 from prometheus_client import REGISTRY
 from test_console import QUEUES, Console
 from test_routing import open_payment_wait, payment_step
@@ -576,6 +576,20 @@ def test_W5_the_console_lists_a_namespaces_sources_and_a_sources_deliveries(flow
     assert [int(i) for i in re.findall(r'<tr id="delivery-(\d+)"', only.text)] == [int(api[-1]["delivery_id"])]
     assert signed_in.get(listed, query_string="outcome=LOST").status_code == 422
     assert signed_in.get("/console/ns/acme/inbound/nobody/deliveries").status_code == 404
+
+
+def test_issue_34_3_a_workflows_page_links_a_signal_that_came_as_a_webhook_to_its_sources_deliveries(
+    flow, signed_in, stripe_source, tenant
+):
+    open_payment_wait(flow, "w-1", "o-1")
+    routed = send(flow, stripe_source, "evt_1").json
+    sent = flow.send("w-1", "by-hand", payment("o-1"))  # the same step's signal sent through the API
+    assert sent.status_code == 201, sent.text
+    page = signed_in.get("/console/ns/acme/workflows/w-1").text
+    link = f'href="/console/ns/acme/inbound/{stripe_source.source}/deliveries">{stripe_source.source}</a>'
+    assert page.count(link) == 1  # the webhook's signal only
+    row = page[page.index(f'id="signal-{routed["signal_id"]}"') :]
+    assert row.index(link) < row.index("</tr>")
 
 
 def test_W5_the_console_pages_deliveries_by_id(flow, signed_in, stripe_source, monkeypatch):

@@ -757,6 +757,7 @@ def show_workflow(
         can_review="workflows:review" in visit.principal.scopes,
         read_only=visit.principal.application_status != "ACTIVE",
         list_url=_list_url(namespace),
+        deliveries_url=functools.partial(_deliveries_url, namespace),
     )
 
 
