@@ -1,0 +1,128 @@
+"""Everything Weave holds of one instance, read for its export (L2, docs/export.md).
+
+One read-only unit in one consistent snapshot (`Database.snapshot`): the instance, then each of
+its tables in turn, every row of it, so that the sections agree with each other (a wait's
+`winner_signal_id` is a signal of the document, the history has no gap, a task's inbox event is
+the one its status says). Rows are streamed one at a time from an unbuffered cursor to the
+`ExportSink` the caller passes, which writes them out: the unit holds one row in memory whatever
+the instance holds, and no lock (docs/decisions.md, "Export").
+
+Every statement reads by the instance's own index (`ix_*_instance`, the unique keys that start
+with `instance_id`), ordered as the history is read: activations by step (in the definition's
+order) then generation, events by seq, everything else by key. A signal's receipt is stored
+without its first member, the row's own key (`weave.sql.signals.receipt_text`): it is exported
+whole, as every replay answers it. Tasks have no index of their own on the instance: they are found through
+their activations (`ix_tasks_activation`), each with its inbox event (`uq_inbox_task`).
+Notifications come with their delivery attempts, one row per attempt (the sink groups them).
+
+Columns are the table's own, under their own names, so that the export is the rows as stored;
+the one column left out is `tasks.lease_token`, the secret of a live lease (it lets its holder
+report the task's outcome, which a reader of the instance must not be able to do).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Iterator, Protocol
+
+from weave.auth import Principal
+from weave.db import snapshot_read
+from weave.sql import instances
+from weave.tx import Tx
+
+
+class ExportSink(Protocol):
+    """Where the rows go, in the order of `SECTIONS`. `begin` starts the document afresh: a unit
+    re-run after a retryable error writes it again from the start."""
+
+    def begin(self, workflow: dict, exported_at: datetime) -> None: ...
+
+    def section(self, name: str, rows: Iterator[dict]) -> None: ...
+
+    def end(self) -> None: ...
+
+
+SELECT_INSTANCE = """
+SELECT i.id, i.namespace_id, n.name AS namespace, i.workflow_id, i.definition_id, d.name AS definition,
+       d.version AS definition_version, d.digest AS definition_digest, d.document AS definition_document,
+       i.application_id, i.input, i.request_digest, i.status, i.gate, i.review_reason, i.deadline_at,
+       i.created_at, i.updated_at, i.version, i.signals_stored
+FROM instances i
+JOIN definitions d ON d.id = i.definition_id
+JOIN namespaces n ON n.id = i.namespace_id
+WHERE i.namespace_id = %s AND i.workflow_id = %s
+"""
+SELECT_ACTIVATIONS = """
+SELECT id, instance_id, step_key, step_index, activation_sequence, status, result, review_reason, activated_at,
+       deadline_at, settled_at
+FROM step_activations WHERE instance_id = %s ORDER BY step_index, activation_sequence
+"""
+SELECT_WAITS = """
+SELECT id, instance_id, step_key, kind, name, correlation, payload_version, activation_id, activation_sequence,
+       status, deadline_at, created_at, winner_signal_id, settled_at, route_hash
+FROM waits FORCE INDEX (ix_waits_instance_step) WHERE instance_id = %s ORDER BY id
+"""
+SELECT_SIGNALS = """
+SELECT id, instance_id, namespace_id, name, correlation, route_key, route_hash, payload_version, target_step_key,
+       target_activation_sequence, payload, payload_present, payload_sha256, idempotency_key, request_digest,
+       credential_id, actor, reason, evidence_ref, status, disposition, created_at, accepted_at, expires_at,
+       park_seconds, available_at, attempts, last_error, consumed_wait_id, consumed_at, settled_at,
+       CONCAT('{"signal_id":"', id, '",', receipt) AS receipt
+FROM signals FORCE INDEX (uq_signals_idempotency) WHERE instance_id = %s ORDER BY id
+"""
+SELECT_TASKS = """
+SELECT t.id, t.namespace_id, t.queue_id, q.name AS queue, t.instance_id, t.activation_id, t.kind, t.status,
+       t.attempt, t.max_attempts, t.available_at, t.lease_expires_at, t.worker_id, t.cancel_requested,
+       t.cancel_requested_at, t.deadline_at, t.result, t.error, t.created_at, t.completed_at,
+       e.id AS inbox_id, e.task_id AS inbox_task_id, e.instance_id AS inbox_instance_id, e.outcome AS inbox_outcome,
+       e.result AS inbox_result, e.completed_at AS inbox_completed_at, e.status AS inbox_status,
+       e.available_at AS inbox_available_at, e.attempts AS inbox_attempts, e.last_error AS inbox_last_error,
+       e.consumed_at AS inbox_consumed_at
+FROM step_activations a
+JOIN tasks t ON t.activation_id = a.id
+JOIN queues q ON q.id = t.queue_id
+LEFT JOIN inbox_events e ON e.task_id = t.id
+WHERE a.instance_id = %s ORDER BY t.id
+"""
+SELECT_EVENTS = "SELECT id, instance_id, seq, type, at, data FROM events WHERE instance_id = %s ORDER BY seq"
+SELECT_AUDIT = """
+SELECT id, namespace_id, instance_id, signal_id, credential_id, actor, action, request_digest, at, details
+FROM audit_records FORCE INDEX (ix_audit_instance) WHERE instance_id = %s ORDER BY id
+"""
+SELECT_CHECKPOINTS = """
+SELECT id, instance_id, kind, wait_id, due_at, available_at, attempts, last_error, created_at
+FROM checkpoints FORCE INDEX (ix_checkpoints_instance) WHERE instance_id = %s ORDER BY id
+"""
+SELECT_NOTIFICATIONS = """
+SELECT n.id, n.subscription_id, s.name AS subscription, n.namespace_id, n.instance_id, n.event_type, n.webhook_id,
+       n.occurred_at, n.body, n.status, n.due_at, n.attempts, n.delivered_at, n.last_error,
+       a.id AS attempt_id, a.notification_id AS attempt_notification_id, a.attempted_at AS attempt_attempted_at,
+       a.http_status AS attempt_http_status, a.error AS attempt_error, a.duration_ms AS attempt_duration_ms
+FROM notifications n FORCE INDEX (ix_notifications_instance)
+LEFT JOIN notify_subscriptions s ON s.id = n.subscription_id
+LEFT JOIN notification_attempts a ON a.notification_id = n.id
+WHERE n.instance_id = %s ORDER BY n.id, a.id
+"""
+# The document's sections after "workflow", in their order, each with the statement of its rows.
+SECTIONS = (
+    ("activations", SELECT_ACTIVATIONS),
+    ("waits", SELECT_WAITS),
+    ("signals", SELECT_SIGNALS),
+    ("tasks", SELECT_TASKS),
+    ("events", SELECT_EVENTS),
+    ("audit", SELECT_AUDIT),
+    ("checkpoints", SELECT_CHECKPOINTS),
+    ("notifications", SELECT_NOTIFICATIONS),
+)
+
+
+@snapshot_read
+def export_workflow(tx: Tx, principal: Principal, workflow_id: str, sink: ExportSink) -> None:
+    """Write every row of the instance `workflow_id` to `sink`, after the grant check of every read
+    of an instance: WORKFLOW_NOT_FOUND (nothing written) when the namespace holds no such instance."""
+    instance = tx.one(SELECT_INSTANCE, (principal.namespace_id, workflow_id))
+    instances.require_grants(tx, principal, workflow_id, instance)
+    sink.begin(instance, tx.now())  # the snapshot's time, by the clock seam
+    for name, statement in SECTIONS:
+        sink.section(name, tx.stream(statement, (instance["id"],)))
+    sink.end()
