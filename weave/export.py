@@ -26,8 +26,18 @@ from weave.times import rfc3339
 FORMAT = "weave.export/1"
 MEMORY_BYTES = 1024 * 1024  # a document larger than this is spooled to a temporary file
 
-# Columns holding compact JSON as stored (every section's; the names do not overlap with others).
-JSON_COLUMNS = frozenset({"input", "result", "error", "payload", "data", "details", "receipt", "body"})
+# The columns of each section (and nested row) that hold compact JSON as stored. By section, as
+# a name may mean JSON in one table and text in another (`tasks.error`, `notification_attempts.error`).
+JSON_COLUMNS = {
+    "workflow": frozenset({"input", "definition_document"}),
+    "activations": frozenset({"result"}),
+    "signals": frozenset({"payload", "receipt"}),
+    "tasks": frozenset({"result", "error"}),
+    "inbox_event": frozenset({"result"}),
+    "events": frozenset({"data"}),
+    "audit": frozenset({"details"}),
+    "notifications": frozenset({"body"}),
+}
 # BIGINT UNSIGNED columns beside the `id` and `*_id` keys (beyond 2**53: not every JSON reader
 # reads them exactly as numbers).
 BIGINT_COLUMNS = frozenset({"route_hash", "version"})
@@ -51,13 +61,14 @@ def _stored_json(column: str, text: str, row: dict):
     return Raw(text)
 
 
-def export_row(row: dict) -> dict:
-    """One stored row as it appears in the document."""
+def export_row(row: dict, kind: str) -> dict:
+    """One stored row of a section (or nested row) `kind` as it appears in the document."""
+    json_columns = JSON_COLUMNS.get(kind, frozenset())
     shaped = {}
     for column, value in row.items():
         if value is None:
             shaped[column] = None
-        elif column in JSON_COLUMNS or column == "definition_document":
+        elif column in json_columns:
             shaped[column] = _stored_json(column, value, row)
         elif isinstance(value, datetime):
             shaped[column] = rfc3339(value)
@@ -92,7 +103,7 @@ class ExportDocument:
         self._file.seek(0)
         self._file.truncate()
         self.counts = {}
-        head = {"format": FORMAT, "exported_at": rfc3339(exported_at), "workflow": export_row(workflow)}
+        head = {"format": FORMAT, "exported_at": rfc3339(exported_at), "workflow": export_row(workflow, "workflow")}
         self._write(jsontext.compact(head)[:-1])  # the object stays open for the sections
 
     def section(self, name: str, rows: Iterator[dict]) -> None:
@@ -109,14 +120,15 @@ class ExportDocument:
             member, prefix = NESTED_ONE[name]
             for row in rows:
                 own, joined = _split(row, prefix)
-                yield {**export_row(own), member: export_row(joined) if joined else None}
+                yield {**export_row(own, name), member: export_row(joined, member) if joined else None}
         elif name in NESTED_MANY:
-            yield from self._grouped(rows, *NESTED_MANY[name])
+            yield from self._grouped(rows, name, *NESTED_MANY[name])
         else:
-            yield from map(export_row, rows)
+            for row in rows:
+                yield export_row(row, name)
 
     @staticmethod
-    def _grouped(rows: Iterator[dict], member: str, prefix: str) -> Iterator[dict]:
+    def _grouped(rows: Iterator[dict], name: str, member: str, prefix: str) -> Iterator[dict]:
         """Consecutive rows of one outer row (ordered by its key) become one item with a list."""
         current: dict | None = None
         for row in rows:
@@ -124,9 +136,9 @@ class ExportDocument:
             if current is None or current["id"] != str(own["id"]):
                 if current is not None:
                     yield current
-                current = {**export_row(own), member: []}
+                current = {**export_row(own, name), member: []}
             if joined is not None:
-                current[member].append(export_row(joined))
+                current[member].append(export_row(joined, member))
         if current is not None:
             yield current
 
