@@ -9,11 +9,15 @@ the instance holds, and no lock (docs/decisions.md, "Export").
 
 Every statement reads by the instance's own index (`ix_*_instance`, the unique keys that start
 with `instance_id`), ordered as the history is read: activations by step (in the definition's
-order) then generation, events by seq, everything else by key. A signal's receipt is stored
-without its first member, the row's own key (`weave.sql.signals.receipt_text`): it is exported
-whole, as every replay answers it. Tasks have no index of their own on the instance: they are found through
-their activations (`ix_tasks_activation`), each with its inbox event (`uq_inbox_task`).
-Notifications come with their delivery attempts, one row per attempt (the sink groups them).
+order) then generation, tasks by activation (the same order) then key, events by seq, everything
+else by key. What a table holds of one instance is small enough to sort (at most 1,024 signals,
+S1.6; a few activations and waits), except tasks (a POLL step's rounds), events and audit
+records, which come in their index's order without a sort. Tasks have no index of their own on
+the instance: they are found through their activations (`ix_tasks_activation`), one activation
+at a time, each task with its inbox event (`uq_inbox_task`). Notifications come one at a time
+with their delivery attempts, one row per attempt (the sink groups them). A signal's receipt is
+stored without its first member, the row's own key (`weave.sql.signals.receipt_text`): it is
+exported whole, as every replay answers it.
 
 Columns are the table's own, under their own names, so that the export is the rows as stored;
 the one column left out is `tasks.lease_token`, the secret of a live lease (it lets its holder
@@ -32,7 +36,7 @@ from weave.tx import Tx
 
 
 class ExportSink(Protocol):
-    """Where the rows go, in the order of `SECTIONS`. `begin` starts the document afresh: a unit
+    """Where the rows go, section by section in the document's order. `begin` starts the document afresh: a unit
     re-run after a retryable error writes it again from the start."""
 
     def begin(self, workflow: dict, exported_at: datetime) -> None: ...
@@ -70,7 +74,12 @@ SELECT id, instance_id, namespace_id, name, correlation, route_key, route_hash, 
        CONCAT('{"signal_id":"', id, '",', receipt) AS receipt
 FROM signals FORCE INDEX (uq_signals_idempotency) WHERE instance_id = %s ORDER BY id
 """
-SELECT_TASKS = """
+SELECT_ACTIVATION_IDS = """
+SELECT id FROM step_activations WHERE instance_id = %s ORDER BY step_index, activation_sequence
+"""
+# One activation's tasks (a TASK step's one, a POLL step's rounds) in the order of
+# `ix_tasks_activation` (activation_id, id): no sort, however many rounds.
+SELECT_TASKS_OF_ACTIVATION = """
 SELECT t.id, t.namespace_id, t.queue_id, q.name AS queue, t.instance_id, t.activation_id, t.kind, t.status,
        t.attempt, t.max_attempts, t.available_at, t.lease_expires_at, t.worker_id, t.cancel_requested,
        t.cancel_requested_at, t.deadline_at, t.result, t.error, t.created_at, t.completed_at,
@@ -78,11 +87,10 @@ SELECT t.id, t.namespace_id, t.queue_id, q.name AS queue, t.instance_id, t.activ
        e.result AS inbox_result, e.completed_at AS inbox_completed_at, e.status AS inbox_status,
        e.available_at AS inbox_available_at, e.attempts AS inbox_attempts, e.last_error AS inbox_last_error,
        e.consumed_at AS inbox_consumed_at
-FROM step_activations a
-JOIN tasks t ON t.activation_id = a.id
+FROM tasks t FORCE INDEX (ix_tasks_activation)
 JOIN queues q ON q.id = t.queue_id
 LEFT JOIN inbox_events e ON e.task_id = t.id
-WHERE a.instance_id = %s ORDER BY t.id
+WHERE t.activation_id = %s ORDER BY t.id
 """
 SELECT_EVENTS = "SELECT id, instance_id, seq, type, at, data FROM events WHERE instance_id = %s ORDER BY seq"
 SELECT_AUDIT = """
@@ -93,27 +101,33 @@ SELECT_CHECKPOINTS = """
 SELECT id, instance_id, kind, wait_id, due_at, available_at, attempts, last_error, created_at
 FROM checkpoints FORCE INDEX (ix_checkpoints_instance) WHERE instance_id = %s ORDER BY id
 """
-SELECT_NOTIFICATIONS = """
+SELECT_NOTIFICATION_IDS = "SELECT id FROM notifications WHERE instance_id = %s ORDER BY id"
+# One notification with its attempts, one row each (at least one row: the attempts are outer-joined).
+SELECT_NOTIFICATION = """
 SELECT n.id, n.subscription_id, s.name AS subscription, n.namespace_id, n.instance_id, n.event_type, n.webhook_id,
        n.occurred_at, n.body, n.status, n.due_at, n.attempts, n.delivered_at, n.last_error,
        a.id AS attempt_id, a.notification_id AS attempt_notification_id, a.attempted_at AS attempt_attempted_at,
        a.http_status AS attempt_http_status, a.error AS attempt_error, a.duration_ms AS attempt_duration_ms
-FROM notifications n FORCE INDEX (ix_notifications_instance)
+FROM notifications n
 LEFT JOIN notify_subscriptions s ON s.id = n.subscription_id
-LEFT JOIN notification_attempts a ON a.notification_id = n.id
-WHERE n.instance_id = %s ORDER BY n.id, a.id
+LEFT JOIN notification_attempts a FORCE INDEX (ix_notification_attempts_notification) ON a.notification_id = n.id
+WHERE n.id = %s ORDER BY a.id
 """
-# The document's sections after "workflow", in their order, each with the statement of its rows.
-SECTIONS = (
-    ("activations", SELECT_ACTIVATIONS),
-    ("waits", SELECT_WAITS),
-    ("signals", SELECT_SIGNALS),
-    ("tasks", SELECT_TASKS),
-    ("events", SELECT_EVENTS),
-    ("audit", SELECT_AUDIT),
-    ("checkpoints", SELECT_CHECKPOINTS),
-    ("notifications", SELECT_NOTIFICATIONS),
-)
+# The sections read by the instance's key, each with the statement of its rows.
+OF_INSTANCE = {
+    "activations": SELECT_ACTIVATIONS,
+    "waits": SELECT_WAITS,
+    "signals": SELECT_SIGNALS,
+    "events": SELECT_EVENTS,
+    "audit": SELECT_AUDIT,
+    "checkpoints": SELECT_CHECKPOINTS,
+}
+
+
+def _each(tx: Tx, statement: str, keys: list[int]) -> Iterator[dict]:
+    """The rows of `statement` for each key in turn, each statement streamed after the last ended."""
+    for key in keys:
+        yield from tx.stream(statement, (key,))
 
 
 @snapshot_read
@@ -123,6 +137,14 @@ def export_workflow(tx: Tx, principal: Principal, workflow_id: str, sink: Export
     instance = tx.one(SELECT_INSTANCE, (principal.namespace_id, workflow_id))
     instances.require_grants(tx, principal, workflow_id, instance)
     sink.begin(instance, tx.now())  # the snapshot's time, by the clock seam
-    for name, statement in SECTIONS:
-        sink.section(name, tx.stream(statement, (instance["id"],)))
+    # Keys only (a few activations; a notification per change and subscription), read before any
+    # stream is open: a connection carries one statement at a time.
+    activation_ids = [row["id"] for row in tx.all(SELECT_ACTIVATION_IDS, (instance["id"],))]
+    notification_ids = [row["id"] for row in tx.all(SELECT_NOTIFICATION_IDS, (instance["id"],))]
+    for name in ("activations", "waits", "signals"):
+        sink.section(name, tx.stream(OF_INSTANCE[name], (instance["id"],)))
+    sink.section("tasks", _each(tx, SELECT_TASKS_OF_ACTIVATION, activation_ids))
+    for name in ("events", "audit", "checkpoints"):
+        sink.section(name, tx.stream(OF_INSTANCE[name], (instance["id"],)))
+    sink.section("notifications", _each(tx, SELECT_NOTIFICATION, notification_ids))
     sink.end()
