@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from datetime import datetime
 
+import pymysql
 import pytest
 from helpers import payment, sdk_client, signal_flow_definition
 from test_cli_client import run
@@ -387,3 +388,23 @@ def test_L2_an_exported_time_is_utc_with_microseconds(flow, tenant, clock):
     clock.advance(microseconds=123457)
     document = jsontext.loads(exported(flow.client, tenant.headers("workflows:read", queues=QUEUES), "order-1").content)
     assert document["exported_at"] == rfc3339(clock.now()) and document["exported_at"].endswith("Z")
+
+
+def test_L2_an_export_rerun_after_a_deadlock_answers_the_document_once(flow, tenant, database):
+    """A retryable error re-runs the whole unit, which starts the spooled document afresh."""
+    flow.publish(signal_flow_definition())
+    flow.start("order-1", input={"order_id": "o-1"})
+    flow.send("order-1", "k1", payment("o-1"))
+    failed = []
+
+    def deadlock_once(tx, unit: str) -> None:
+        if unit == "export_workflow" and not failed:
+            failed.append(unit)
+            raise pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+
+    database.before_commit = deadlock_once
+    answer = exported(flow.client, tenant.headers("workflows:read", queues=QUEUES), "order-1")
+    assert failed == ["export_workflow"]
+    document = jsontext.loads(answer.content)  # one document, not two run together
+    assert len(document["signals"]) == 1
+    assert len(document["events"]) == flow.rows("SELECT COUNT(*) AS n FROM events")[0]["n"]
