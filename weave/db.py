@@ -4,7 +4,7 @@ Beside it (issue 27): `weave.dburl` parses the URL, `weave.tx` is the open trans
 works in (`Tx`, with the clock seam), and `weave.dberrors` is the only module that translates
 PyMySQL's exceptions (`weave.devdb` only waits for its own server to accept a connection); the
 errors are raised from here and importable from here. A unit run with retries (`Database.run`, `Database.read`,
-`@unit_of_work`, `@read_only`) ends in success, `DuplicateKey` (a UNIQUE key it does not replay on
+`Database.snapshot`, `@unit_of_work`, `@read_only`, `@snapshot_read`) ends in success, `DuplicateKey` (a UNIQUE key it does not replay on
 fired), `TransitionFailed` (a guarded state change matched no row), `InvalidValue` (the database
 refused a value for its characters or length), `Unavailable` (it kept failing with a retryable
 error or a replayed duplicate) or `DatabaseError` (anything else); a unit run
