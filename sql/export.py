@@ -26,6 +26,7 @@ report the task's outcome, which a reader of the instance must not be able to do
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime
 from typing import Iterator, Protocol
 
@@ -97,6 +98,18 @@ SELECT_AUDIT = """
 SELECT id, namespace_id, instance_id, signal_id, credential_id, actor, action, request_digest, at, details
 FROM audit_records FORCE INDEX (ix_audit_instance) WHERE instance_id = %s ORDER BY id
 """
+# The records written about the instance's signals before they were its own: a fact sent by its
+# business key and parked (`signal.park`, B2) belongs to no instance until a wait takes it; its
+# acceptance record keeps instance_id NULL. Found through the instance's signals (at most 1,024,
+# S1.6) and `ix_audit_signal`, after the instance's own records; the sort carries only those
+# records, one per fact that was parked.
+SELECT_AUDIT_OF_PARKED = """
+SELECT a.id, a.namespace_id, a.instance_id, a.signal_id, a.credential_id, a.actor, a.action, a.request_digest, a.at,
+       a.details
+FROM signals s FORCE INDEX (uq_signals_idempotency)
+JOIN audit_records a FORCE INDEX (ix_audit_signal) ON a.signal_id = s.id AND a.instance_id IS NULL
+WHERE s.instance_id = %s ORDER BY a.id
+"""
 SELECT_CHECKPOINTS = """
 SELECT id, instance_id, kind, wait_id, due_at, available_at, attempts, last_error, created_at
 FROM checkpoints FORCE INDEX (ix_checkpoints_instance) WHERE instance_id = %s ORDER BY id
@@ -113,15 +126,6 @@ LEFT JOIN notify_subscriptions s ON s.id = n.subscription_id
 LEFT JOIN notification_attempts a FORCE INDEX (ix_notification_attempts_notification) ON a.notification_id = n.id
 WHERE n.id = %s ORDER BY a.id
 """
-# The sections read by the instance's key, each with the statement of its rows.
-OF_INSTANCE = {
-    "activations": SELECT_ACTIVATIONS,
-    "waits": SELECT_WAITS,
-    "signals": SELECT_SIGNALS,
-    "events": SELECT_EVENTS,
-    "audit": SELECT_AUDIT,
-    "checkpoints": SELECT_CHECKPOINTS,
-}
 
 
 def _each(tx: Tx, statement: str, keys: list[int]) -> Iterator[dict]:
@@ -141,10 +145,15 @@ def export_workflow(tx: Tx, principal: Principal, workflow_id: str, sink: Export
     # stream is open: a connection carries one statement at a time.
     activation_ids = [row["id"] for row in tx.all(SELECT_ACTIVATION_IDS, (instance["id"],))]
     notification_ids = [row["id"] for row in tx.all(SELECT_NOTIFICATION_IDS, (instance["id"],))]
-    for name in ("activations", "waits", "signals"):
-        sink.section(name, tx.stream(OF_INSTANCE[name], (instance["id"],)))
+    of_instance = (instance["id"],)
+    sink.section("activations", tx.stream(SELECT_ACTIVATIONS, of_instance))
+    sink.section("waits", tx.stream(SELECT_WAITS, of_instance))
+    sink.section("signals", tx.stream(SELECT_SIGNALS, of_instance))
     sink.section("tasks", _each(tx, SELECT_TASKS_OF_ACTIVATION, activation_ids))
-    for name in ("events", "audit", "checkpoints"):
-        sink.section(name, tx.stream(OF_INSTANCE[name], (instance["id"],)))
+    sink.section("events", tx.stream(SELECT_EVENTS, of_instance))
+    # A stream starts when the one before it has ended (generators run as they are read).
+    own, before_it_was_theirs = tx.stream(SELECT_AUDIT, of_instance), tx.stream(SELECT_AUDIT_OF_PARKED, of_instance)
+    sink.section("audit", itertools.chain(own, before_it_was_theirs))
+    sink.section("checkpoints", tx.stream(SELECT_CHECKPOINTS, of_instance))
     sink.section("notifications", _each(tx, SELECT_NOTIFICATION, notification_ids))
     sink.end()

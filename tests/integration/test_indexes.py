@@ -672,7 +672,8 @@ EXPECTED_KEYS = {
     "timeline.EVENTS_BEFORE": ("events", "uq_events_instance_seq"),
 }
 EXPORT_OF_INSTANCE = ("SELECT_ACTIVATION_IDS", "SELECT_ACTIVATIONS", "SELECT_WAITS", "SELECT_SIGNALS")
-EXPORT_OF_INSTANCE += ("SELECT_EVENTS", "SELECT_AUDIT", "SELECT_CHECKPOINTS", "SELECT_NOTIFICATION_IDS")
+EXPORT_OF_INSTANCE += ("SELECT_EVENTS", "SELECT_AUDIT", "SELECT_AUDIT_OF_PARKED", "SELECT_CHECKPOINTS")
+EXPORT_OF_INSTANCE += ("SELECT_NOTIFICATION_IDS",)
 EXPECTED_KEYS |= {
     "export.SELECT_INSTANCE": ("i", "uq_instances_workflow"),
     "export.SELECT_ACTIVATIONS": ("step_activations", "uq_activations_step_sequence"),
@@ -681,6 +682,7 @@ EXPECTED_KEYS |= {
     "export.SELECT_TASKS_OF_ACTIVATION": ("t", "ix_tasks_activation"),
     "export.SELECT_EVENTS": ("events", "uq_events_instance_seq"),
     "export.SELECT_AUDIT": ("audit_records", "ix_audit_instance"),
+    "export.SELECT_AUDIT_OF_PARKED": ("a", "ix_audit_signal"),
     "export.SELECT_CHECKPOINTS": ("checkpoints", "ix_checkpoints_instance"),
     "export.SELECT_NOTIFICATION_IDS": ("notifications", "ix_notifications_instance"),
 }
