@@ -28,6 +28,7 @@ def routes(database: Database, config: Config, metrics_route: bool = True) -> li
         (f"{N}/workflows", workflows.WorkflowCollection(database, limit)),
         (f"{N}/workflows/{{workflow_id}}", workflows.Workflow(database)),
         (f"{N}/workflows/{{workflow_id}}/events", workflows.WorkflowEvents(database)),
+        (f"{N}/workflows/{{workflow_id}}/export", workflows.WorkflowExport(database)),
         *[
             (f"{N}/workflows/{{workflow_id}}/{action}", workflows.WorkflowControl(database, limit, action))
             for action in ("pause", "resume", "cancel")

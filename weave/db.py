@@ -4,7 +4,7 @@ Beside it (issue 27): `weave.dburl` parses the URL, `weave.tx` is the open trans
 works in (`Tx`, with the clock seam), and `weave.dberrors` is the only module that translates
 PyMySQL's exceptions (`weave.devdb` only waits for its own server to accept a connection); the
 errors are raised from here and importable from here. A unit run with retries (`Database.run`, `Database.read`,
-`@unit_of_work`, `@read_only`) ends in success, `DuplicateKey` (a UNIQUE key it does not replay on
+`Database.snapshot`, `@unit_of_work`, `@read_only`, `@snapshot_read`) ends in success, `DuplicateKey` (a UNIQUE key it does not replay on
 fired), `TransitionFailed` (a guarded state change matched no row), `InvalidValue` (the database
 refused a value for its characters or length), `Unavailable` (it kept failing with a retryable
 error or a replayed duplicate) or `DatabaseError` (anything else); a unit run
@@ -233,6 +233,16 @@ class Database:
         """
         return self._retrying(unit, lambda maybe_committed: self._run_once(unit, args, kwargs, autocommit=True))
 
+    def snapshot(self, unit: Callable[..., T], *args, **kwargs) -> T:
+        """Run a unit that only reads (no locks, no writes) in one consistent snapshot: a
+        REPEATABLE READ, READ ONLY transaction whose every statement sees the database as the
+        first one did. For a document that must hold together across many statements (an
+        export, L2); it takes no lock, so what it costs the writers is the undo history kept
+        while it runs, and it must be short (docs/decisions.md, "Export"). It runs on a
+        read-only unit's connection (autocommit, causal on a Galera node: the snapshot is taken
+        by the first read, after the node caught up) and is re-run whole on retryable errors."""
+        return self._retrying(unit, lambda maybe_committed: self._run_once(_in_snapshot(unit), args, kwargs, True))
+
     def _retrying(self, unit: Callable, once: Callable[[bool], T]) -> T:
         replay_on = getattr(unit, "replay_on", frozenset())
         budget_ends = time.monotonic() + RETRY_BUDGET_SECONDS
@@ -339,6 +349,32 @@ def unit_of_work(fn: Callable[..., T] | None = None, *, replay_on: tuple[str, ..
         return db.run(fn, *args, **kwargs)
 
     run.once = lambda db, *args, **kwargs: db.attempt(fn, *args, **kwargs)
+    return run
+
+
+# The isolation level applies to the next transaction only: the connection keeps READ COMMITTED.
+BEGIN_SNAPSHOT = ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION READ ONLY")
+
+
+def _in_snapshot(unit: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(unit)
+    def run(tx: Tx, *args: Any, **kwargs: Any) -> T:
+        for statement in BEGIN_SNAPSHOT:
+            tx.cursor.execute(statement)
+        result = unit(tx, *args, **kwargs)
+        tx.cursor.execute("COMMIT")  # nothing to commit: ends the transaction and its read view
+        return result
+
+    return run
+
+
+def snapshot_read(fn: Callable[..., T]) -> Callable[..., T]:
+    """Turn `fn(tx, ...)`, which only reads without locks, into `fn(db, ...)` run by `Database.snapshot`."""
+
+    @functools.wraps(fn)
+    def run(db: Database, *args: Any, **kwargs: Any) -> T:
+        return db.snapshot(fn, *args, **kwargs)
+
     return run
 
 

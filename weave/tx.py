@@ -5,6 +5,7 @@ whether the unit decided anything. `weave.db` opens, commits, rolls back and ret
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Iterator
 
 import pymysql
 
@@ -100,6 +101,15 @@ class Tx:
         """A statement sent for its rows is a read, unless it is not (a test's UPDATE, ANALYZE…)."""
         if not self.decided and sql.lstrip()[:6].upper() not in ("SELECT", "(SELEC"):
             self.decided = True
+
+    def stream(self, sql: str, params: tuple | dict = ()) -> Iterator[dict]:
+        """The rows of a read, one at a time from an unbuffered cursor: the memory of one row
+        however many the statement answers (an export, `weave.sql.export`). Nothing else may be
+        sent on the connection until the rows are read to the end."""
+        self.flush()
+        with self.cursor.connection.cursor(pymysql.cursors.SSDictCursor) as cursor:
+            cursor.execute(sql, params)
+            yield from iter(cursor.fetchone, None)
 
     def execute(self, sql: str, params: tuple | dict = ()) -> int:
         """Run a write and return the matched row count."""

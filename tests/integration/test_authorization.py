@@ -115,6 +115,7 @@ OPERATIONS = [
     ("GET", f"{N}/workflows", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
     ("GET", f"{N}/workflows/{{workflow_id}}", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
     ("GET", f"{N}/workflows/{{workflow_id}}/events", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
+    ("GET", f"{N}/workflows/{{workflow_id}}/export", "WORKFLOW_NOT_FOUND", {"workflows:read"}),
     ("POST", f"{N}/workflows/{{workflow_id}}/pause", "WORKFLOW_NOT_FOUND", {"workflows:control"}),
     ("POST", f"{N}/workflows/{{workflow_id}}/resume", "WORKFLOW_NOT_FOUND", {"workflows:control"}),
     ("POST", f"{N}/workflows/{{workflow_id}}/cancel", "WORKFLOW_NOT_FOUND", {"workflows:control"}),

@@ -394,7 +394,19 @@ def crowded(tenant, database):
 def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
     """`module.NAME` -> (statement, parameters) of every statement on a hot path, with the ids of
     `crowded` rows (any ids will do to list the names)."""
-    from weave.sql import activations, audit, checkpoints, inbox, routing, scanners, signals, tasks, timeline, waits
+    from weave.sql import (
+        activations,
+        audit,
+        checkpoints,
+        export,
+        inbox,
+        routing,
+        scanners,
+        signals,
+        tasks,
+        timeline,
+        waits,
+    )
 
     now, instance, activation = ids["now"], ids["instance"], ids["activation"]
     task, signal, wait = ids["task"], ids["signal"], ids["wait"]
@@ -555,6 +567,11 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "timeline.COUNT_ROUNDS_BEFORE": (timeline.COUNT_ROUNDS_BEFORE, ((activation, activation + 1), task + 5)),
         "timeline.EVENTS_AFTER": (timeline.EVENTS_AFTER, (512, instance, 0, 51)),
         "timeline.EVENTS_BEFORE": (timeline.EVENTS_BEFORE, (512, instance, 5, 51)),
+        # the export of one instance (L2): every row of each table, by the instance's index
+        "export.SELECT_INSTANCE": (export.SELECT_INSTANCE, (ids["namespace"], ids["workflow"])),
+        **{f"export.{name}": (getattr(export, name), (instance,)) for name in EXPORT_OF_INSTANCE},
+        "export.SELECT_TASKS_OF_ACTIVATION": (export.SELECT_TASKS_OF_ACTIVATION, (activation,)),
+        "export.SELECT_NOTIFICATION": (export.SELECT_NOTIFICATION, (1,)),
         # the workflow list's grants check (its pages: test_workflow_list_queries_use_their_indexes)
         "definitions.SELECT_QUEUE_NAMES": (definitions.SELECT_QUEUE_NAMES, (ids["namespace"],)),
         "definitions.SELECT_VERSIONS_OF_NAME": (definitions.SELECT_VERSIONS_OF_NAME, (ids["namespace"], "pay")),
@@ -667,6 +684,21 @@ EXPECTED_KEYS = {
     "timeline.EVENTS_BEFORE": ("events", "uq_events_instance_seq"),
     "instances.IDS_BY_PREFIX": ("instances", "uq_instances_workflow"),
     "instances.SELECT_SEARCH_PAGE": ("i", "PRIMARY"),
+}
+EXPORT_OF_INSTANCE = ("SELECT_ACTIVATION_IDS", "SELECT_ACTIVATIONS", "SELECT_WAITS", "SELECT_SIGNALS")
+EXPORT_OF_INSTANCE += ("SELECT_EVENTS", "SELECT_AUDIT", "SELECT_AUDIT_OF_PARKED", "SELECT_CHECKPOINTS")
+EXPORT_OF_INSTANCE += ("SELECT_NOTIFICATION_IDS",)
+EXPECTED_KEYS |= {
+    "export.SELECT_INSTANCE": ("i", "uq_instances_workflow"),
+    "export.SELECT_ACTIVATIONS": ("step_activations", "uq_activations_step_sequence"),
+    "export.SELECT_WAITS": ("waits", "ix_waits_instance_step"),
+    "export.SELECT_SIGNALS": ("signals", "uq_signals_idempotency"),
+    "export.SELECT_TASKS_OF_ACTIVATION": ("t", "ix_tasks_activation"),
+    "export.SELECT_EVENTS": ("events", "uq_events_instance_seq"),
+    "export.SELECT_AUDIT": ("audit_records", "ix_audit_instance"),
+    "export.SELECT_AUDIT_OF_PARKED": ("a", "ix_audit_signal"),
+    "export.SELECT_CHECKPOINTS": ("checkpoints", "ix_checkpoints_instance"),
+    "export.SELECT_NOTIFICATION_IDS": ("notifications", "ix_notifications_instance"),
 }
 # The console's pages find their rows' keys from an index alone, which a sort may then order
 # without carrying a row, let alone a value (the rows follow by primary key).

@@ -349,6 +349,8 @@ def test_every_operation_of_a_real_flow_answers_as_documented(documented, tenant
     flow.scan()
     events = c.simulate_get(f"{ns}/workflows/wf-1/events", query_string="limit=1", headers=everything).json
     assert events["next_after"] == 1
+    exported = c.simulate_get(f"{ns}/workflows/wf-1/export", headers=everything).json  # L2
+    assert exported["workflow"]["workflow_id"] == "wf-1" and exported["signals"] and exported["tasks"]
 
     def control(workflow_id, verb, **body):
         return c.simulate_post(

@@ -353,6 +353,7 @@ CALLS: dict[tuple[str, str], list[Callable[[World], Call]]] = {
     ("GET", f"{N}/workflows/{{workflow_id}}/events"): [
         lambda w: Call({"workflow_id": w.started()}, query={"after": "0", "limit": "10"})
     ],
+    ("GET", f"{N}/workflows/{{workflow_id}}/export"): [_started_call()],
     ("POST", f"{N}/workflows/{{workflow_id}}/pause"): [_started_call({"reason": "r"})],
     ("POST", f"{N}/workflows/{{workflow_id}}/resume"): [
         lambda w: Call({"workflow_id": (wid := w.paused())}, {"reason": "r"}, workflow_id=wid)

@@ -6,6 +6,7 @@ These commands talk to a running Weave over HTTP with a token, never to the data
     weave workflow list [--status S] [--definition NAME] [--correlation-key KEY] [--id-prefix TEXT]
     weave workflow show ID                  steps, waits, tasks, results and signals, as tables
     weave workflow events ID                every member of each event's data, wrapped; decisions first
+    weave workflow export ID [--output FILE]  everything Weave holds of it, as the server answers it (L2)
     weave workflow pause|resume|cancel ID --reason TEXT
     weave workflow review ID --action retry_step|complete_step|fail|cancel [--step KEY] [--result JSON] --reason TEXT
     weave workflow review ID --action extend_deadline --deadline-seconds S --reason TEXT
@@ -319,6 +320,16 @@ def workflow_events(client: sdk.Client, args) -> None:
     print(table(["SEQ", "AT", "TYPE", "DATA"], rows, wrap=EVENT_DATA_WIDTH))
 
 
+def workflow_export(client: sdk.Client, args) -> None:
+    """The export document as the server answered it (the SDK reads it exactly, `dumps` writes it
+    back byte for byte); to a file with --output (nothing on standard output then)."""
+    text = sdk.dumps(client.export_workflow(args.workflow_id))
+    if args.output is None:
+        print(text)
+        return
+    Path(args.output).write_text(text, encoding="utf-8")
+
+
 def event_data(data: Any) -> str:
     """An event's data as `name=value` pairs, what it tells first (`EVENT_FIELDS_FIRST`), each value
     on one line and cut at `JSON_CELL_MAX_CHARS`: a decision, a rule or an outcome is never cut."""
@@ -619,6 +630,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p = actions.add_parser("events", parents=[remote], help="the history, oldest first")
     p.add_argument("workflow_id")
     p.set_defaults(run=_command(workflow_events))
+    p = actions.add_parser("export", parents=[remote], help="everything Weave holds of the workflow, as JSON (L2)")
+    p.add_argument("workflow_id")
+    p.add_argument("--output", help="write the document to this file (default: standard output)")
+    p.set_defaults(run=_command(workflow_export))
     for action in ("pause", "resume", "cancel"):
         p = actions.add_parser(action, parents=[remote], help=f"{action} the workflow (R1)")
         p.add_argument("workflow_id")

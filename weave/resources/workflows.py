@@ -11,9 +11,20 @@ import falcon
 
 from weave import jsontext
 from weave.errors import Code
-from weave.http import PATH_IDS, Resource, bounded_value_text, operation, query_int, query_text, read_json, send_json
+from weave.export import ExportDocument
+from weave.http import (
+    JSON,
+    PATH_IDS,
+    Resource,
+    bounded_value_text,
+    operation,
+    query_int,
+    query_text,
+    read_json,
+    send_json,
+)
 from weave.rules import correlation
-from weave.sql import engine, instances
+from weave.sql import engine, export, instances
 from weave.views import event_view, workflow_summary_view, workflow_view
 
 EVENTS_PAGE_DEFAULT = 100
@@ -154,6 +165,29 @@ class WorkflowEvents(Resource):
         page = rows[:limit]
         next_after = page[-1]["seq"] if len(rows) > limit else None
         send_json(resp, 200, {"events": [event_view(row) for row in page], "next_after": next_after})
+
+
+class WorkflowExport(Resource):
+    """GET /export (L2): the document is written to a spooled file inside the snapshot and sent
+    from it afterwards, with its length, so that no transaction waits on the client."""
+
+    @operation(
+        "Export everything Weave holds of a workflow, exact as stored (L2, docs/export.md)",
+        scopes=("workflows:read",),
+        not_found=Code.WORKFLOW_NOT_FOUND,
+        response="workflow_export",
+    )
+    def on_get(self, req: falcon.Request, resp: falcon.Response, namespace: str, workflow_id: str) -> None:
+        document = ExportDocument()
+        try:
+            export.export_workflow(self.database, req.context.principal, workflow_id, document)
+        except BaseException:
+            document.close()
+            raise
+        resp.status = 200
+        resp.content_type = JSON
+        length = document.size()
+        resp.set_stream(document.file(), length)
 
 
 class WorkflowControl(Resource):

@@ -361,6 +361,14 @@ class Client:
         for item in self._pages(self._ns("workflows", workflow_id, "events"), "events", {}, after, page_size):
             yield models.from_json(models.Event, item)
 
+    def export_workflow(self, workflow_id: str) -> dict[str, Any]:
+        """Everything Weave holds of a workflow, exact as stored (L2, docs/export.md): the document
+        `{"format", "exported_at", "workflow", "activations", "waits", "signals", "tasks", "events",
+        "audit", "checkpoints", "notifications"}` read exactly (numbers keep their digits, members
+        their order), so `dumps(client.export_workflow(id))` is the server's answer byte for byte."""
+        answer = self._call("GET", self._ns("workflows", workflow_id, "export"), retry=True)
+        return answer.body
+
     def pause(self, workflow_id: str, reason: str) -> models.Workflow:
         """Pause a RUNNING workflow (R1). Not retried: a repeat would answer INVALID_STATE."""
         return self._control(workflow_id, "pause", reason)
