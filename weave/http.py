@@ -26,6 +26,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
+from urllib.parse import parse_qsl
 
 import falcon
 
@@ -363,6 +364,22 @@ def query_int(req: falcon.Request, name: str, default: int, minimum: int, maximu
             [{"pointer": f"?{name}", "message": f"must be an integer {minimum}..{maximum}"}],
         )
     return int(raw)
+
+
+def query_key(req: falcon.Request, name: str, max_bytes: int) -> bytes | None:
+    """A correlation key of the query, as its exact UTF-8 bytes (None when absent or empty); 422
+    when it is longer than `max_bytes` or not UTF-8. Read from the raw query string: Falcon's
+    decoding would replace bytes that are not UTF-8 with U+FFFD, a key no one sent."""
+    raw = dict(parse_qsl(req.query_string, keep_blank_values=True, errors="surrogateescape"))
+    exact = raw.get(name, "")
+
+    def fits(_: str) -> bool:
+        try:
+            return len(exact.encode("utf-8")) <= max_bytes
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 text, so no key
+            return False
+
+    return exact.encode("utf-8") if query_text(req, name, fits, f"1-{max_bytes} bytes of UTF-8") is not None else None
 
 
 def query_text(req: falcon.Request, name: str, accepts: Callable[[str], Any], rule: str) -> str | None:

@@ -347,7 +347,8 @@ CALLS: dict[tuple[str, str], list[Callable[[World], Call]]] = {
         )
     ],
     ("GET", f"{N}/workflows"): [
-        lambda w: Call({}, query={"status": "RUNNING", "definition": "flow", "after": "0", "limit": "10"})
+        lambda w: Call({}, query={"status": "RUNNING", "definition": "flow", "after": "0", "limit": "10"}),
+        lambda w: Call({}, query={"correlation_key": "o-1", "workflow_id_prefix": "o", "limit": "10"}),
     ],
     ("GET", f"{N}/workflows/{{workflow_id}}"): [_started_call()],
     ("GET", f"{N}/workflows/{{workflow_id}}/events"): [

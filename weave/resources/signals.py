@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import time
-from urllib.parse import parse_qsl
 
 import falcon
 
@@ -16,6 +15,7 @@ from weave.http import (
     bounded_value_text,
     operation,
     query_int,
+    query_key,
     query_text,
     read_json,
     send_json,
@@ -62,13 +62,6 @@ def checked_key(key, named: str, pointer: str) -> str:
 
 
 SIGNAL_NAME = re.compile(r"[\x21-\x7e]{1,128}")  # a contract's signal name (schemas/definition.json)
-
-
-def _fits_correlation(text: str) -> bool:
-    try:
-        return len(text.encode("utf-8")) <= CORRELATION_KEY_MAX_BYTES
-    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 text, so no key of any fact
-        return False
 
 
 def signal_request(key: str, body: dict, digest=rules.request_digest) -> signals.SignalRequest:
@@ -330,14 +323,8 @@ class NamespaceSignals(Resource):
             req, "status", signals.UNROUTED_STATUSES.__contains__, f"one of {', '.join(signals.UNROUTED_STATUSES)}"
         )
         name = query_text(req, "name", SIGNAL_NAME.fullmatch, "1-128 visible ASCII characters, as a contract's name")
-        # Read from the raw query string: bytes that are not UTF-8 are refused, not replaced by U+FFFD.
-        raw = dict(parse_qsl(req.query_string, keep_blank_values=True, errors="surrogateescape"))
-        exact = raw.get("correlation_key", "")
-        key = query_text(
-            req, "correlation_key", lambda _: _fits_correlation(exact), f"1-{CORRELATION_KEY_MAX_BYTES} bytes of UTF-8"
-        )
+        correlation = query_key(req, "correlation_key", CORRELATION_KEY_MAX_BYTES)
         after = query_int(req, "after", 0, 0, 2**63 - 1) or 2**63 - 1  # 0: from the newest, as the workflow list
         limit = query_int(req, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
-        correlation = exact.encode("utf-8") if key is not None else None
         rows = signals.list_facts(self.database, principal, status, name, correlation, after, limit + 1)
         send_signal_page(resp, rows, limit, None)

@@ -19,6 +19,7 @@ from weave.http import (
     bounded_value_text,
     operation,
     query_int,
+    query_key,
     query_text,
     read_json,
     send_json,
@@ -94,18 +95,11 @@ class WorkflowCollection(Resource):
         )
 
 
-def _is_key(text: str) -> bool:
-    try:
-        return len(text.encode()) <= correlation.MAX_BYTES
-    except UnicodeEncodeError:  # a lone surrogate names no key
-        return False
-
-
 @dataclass(frozen=True)
 class Search:
     """A workflow search's terms (issue 34, item 2): a business key, the start of a workflow id."""
 
-    correlation_key: str | None
+    correlation_key: bytes | None
     workflow_id_prefix: str | None
 
     def __bool__(self) -> bool:
@@ -116,7 +110,7 @@ def search_terms(req: falcon.Request) -> Search:
     """The search of a workflow list's query (the API's and the console's), each term checked (422)."""
     workflow_id = PATH_IDS["workflow_id"]
     return Search(
-        query_text(req, "correlation_key", _is_key, f"a key of 1-{correlation.MAX_BYTES} UTF-8 bytes"),
+        query_key(req, "correlation_key", correlation.MAX_BYTES),
         query_text(req, "workflow_id_prefix", workflow_id.rule.fullmatch, workflow_id.description),
     )
 
@@ -127,9 +121,8 @@ def list_or_search(
     """A page of the workflow list, or of the search when it has terms."""
     if not search:
         return instances.list_workflows(database, principal, status, definition, after, limit)
-    key = search.correlation_key.encode() if search.correlation_key is not None else None
     return instances.search_workflows(
-        database, principal, key, search.workflow_id_prefix, status, definition, after, limit
+        database, principal, search.correlation_key, search.workflow_id_prefix, status, definition, after, limit
     )
 
 
