@@ -294,8 +294,9 @@ def list_deliveries(tx: Tx, namespace: str, name: str, status: str | None, after
 
 # ---- rotation of WEAVE_SECRET_KEY (the second step: `weave admin inbound secret reencrypt`) -------
 
+# Subscriptions first (a range of their primary key from the cursor), their namespaces by key after.
 SELECT_SECRETS_AFTER = """
-SELECT s.id, s.namespace_id, s.name, s.ciphertext, n.name AS namespace
+SELECT STRAIGHT_JOIN s.id, s.namespace_id, s.name, s.ciphertext, n.name AS namespace
 FROM notify_subscriptions s JOIN namespaces n ON n.id = s.namespace_id
 WHERE s.id > %s
 ORDER BY s.id
