@@ -319,8 +319,9 @@ def test_every_console_page_declares_the_scopes_of_its_api_twin():
             assert responder.operation.not_found.name == "WORKFLOW_NOT_FOUND"
             found += 1
     # list, page, pause, resume, cancel, review, parked facts (GET {N}/signals), inbound sources
-    # (GET {N}/inbound) and a source's deliveries (GET {N}/inbound/{source}/deliveries)
-    assert found == 9
+    # (GET {N}/inbound) and a source's deliveries (GET {N}/inbound/{source}/deliveries), the
+    # notification subscriptions (GET {N}/notify) and one's notifications (…/{subscription}/deliveries)
+    assert found == 11
 
 
 # ---- the list ------------------------------------------------------------------------------------------
