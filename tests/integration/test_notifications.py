@@ -372,3 +372,31 @@ def test_N2_a_parked_fact_that_expires_unrouted_is_settled_without_a_workflow(fl
     read = flow.client.simulate_get(f"{flow.ns}/signals/{receipt['signal_id']}", headers=flow.headers)
     assert row["document"]["data"] == read.json and read.json["disposition"] == "EXPIRED_UNROUTED"
     assert row["instance_id"] is None and read.json["workflow_id"] is None
+
+
+def test_N2_a_namespace_without_subscriptions_renders_nothing_on_the_hot_path(
+    flow, database, monkeypatch, other_tenant
+):
+    """Consumption and the end of a workflow read the namespace's mask with the instance lock and
+    go no further: neither representation is rendered, no signal or workflow is read for it."""
+    from weave import views
+    from weave.sql import instances
+
+    subscribe(database, namespace="globex")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("rendered for a namespace without subscriptions")
+
+    at_payment(flow)
+    monkeypatch.setattr(views, "signal_view", refuse)
+    monkeypatch.setattr(views, "workflow_view", refuse)
+    monkeypatch.setattr(instances, "read_facts", refuse)
+    flow.send("order-1", "first", payment())
+    flow.send("order-1", "second", payment())
+    flow.scan()
+    claimed = flow.claim("carrier").json
+    assert flow.complete(claimed, result={}).status_code == 200
+    flow.scan()
+    monkeypatch.undo()
+    assert flow.workflow("order-1")["status"] == "SUCCEEDED"
+    assert outbox(flow) == []
