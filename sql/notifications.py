@@ -52,7 +52,7 @@ def mask_of(events: list[str]) -> int:
 
 def enabled_mask(namespace_id_column: str) -> str:
     """A select-list subquery: the OR of the event masks of the ENABLED subscriptions of the
-    namespace in `namespace_id_column` (a column of the enclosing read), NULL when there are none.
+    namespace in `namespace_id_column` (a column of the enclosing read), 0 when there are none.
     Folded into a read the unit makes anyway; one range of ix_notify_subscriptions_namespace."""
     return (
         "(SELECT BIT_OR(ns.event_mask) FROM notify_subscriptions ns "
@@ -62,7 +62,7 @@ def enabled_mask(namespace_id_column: str) -> str:
 
 def subscribed(mask: int | None, event: NotifyEvent) -> bool:
     """Whether some ENABLED subscription of the namespace receives `event` (`mask` as
-    `enabled_mask` read it; None when there is none)."""
+    `enabled_mask` read it: 0 when there is none; None from a row read without it)."""
     return bool(mask) and bool(mask & event.bit)
 
 
