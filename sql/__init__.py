@@ -12,7 +12,8 @@ imports in a circle (tests/unit/test_architecture.py walks the imports):
     signals      accept, read and list signals (S1.x); their consumer-side transitions; expiry (S2.7)
     tasks        Pulse: create, claim, heartbeat, complete, lease expiry, cancellation (P1-P6)
     inbox        final task outcomes waiting for the workflow side
-    checkpoints  due looks at an instance (ROOT) or a wait (WAIT)
+    checkpoints  due looks at an instance (ROOT) or a wait (WAIT); a wait's deadline near (NEAR)
+    notifications  subscriptions, the outbox a change writes (N2), deliveries and their attempts
     events       an instance's history;  audit  who did what
     backoff      failed tries of a scanner source (K2)
     engine/      everything that advances a workflow: process a checkpoint, consume an inbox

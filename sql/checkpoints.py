@@ -1,4 +1,5 @@
-"""Checkpoints: due times at which the scanner must look at an instance (ROOT) or a wait (WAIT).
+"""Checkpoints: due times at which the scanner must look at an instance (ROOT) or a wait (WAIT),
+or tell subscribers that a wait's deadline is near (NEAR, docs/rules.md#notifications, N1).
 
 `due_at` is when the look is due and never moves; `available_at` is the next try and moves only
 by backoff after a failed try. What a look does is the engine's (`engine.process_checkpoint`).
@@ -25,6 +26,11 @@ def schedule_root(tx: Tx, instance_id: int, due_at: datetime) -> None:
 def schedule_wait(tx: Tx, instance_id: int, wait_id: int, due_at: datetime) -> None:
     """Ask the scanner to look at one wait at `due_at` (its signals, or its deadline); queued."""
     tx.later(INSERT_CHECKPOINT, (instance_id, "WAIT", wait_id, due_at, due_at, tx.now()))
+
+
+def schedule_near(tx: Tx, instance_id: int, wait_id: int, due_at: datetime) -> None:
+    """Ask the scanner to notify `wait.deadline_near` at `due_at` if the wait has no winner then; queued."""
+    tx.later(INSERT_CHECKPOINT, (instance_id, "NEAR", wait_id, due_at, due_at, tx.now()))
 
 
 def look_again(tx: Tx, instance_id: int, due_at: datetime) -> None:

@@ -20,7 +20,7 @@ from weave.auth import Principal
 from weave.db import read_only, unit_of_work
 from weave.errors import Code, WeaveError, refusal
 from weave.rules import definitions as definition_rules
-from weave.sql import audit, checkpoints, definitions, events
+from weave.sql import audit, checkpoints, definitions, events, notifications
 from weave.times import rfc3339
 from weave.tx import Tx
 
@@ -399,16 +399,23 @@ def context(tx: Tx, instance_id: int, workflow_id: str, input_text: str, value: 
 # ---- the instance lock and the instance's state ------------------------------------------------------
 
 # Subqueries in the select list are read, not locked (MySQL and MariaDB alike): only the instance
-# row is locked, never the definition or application rows that many instances share.
-LOCK_INSTANCE = """
+# row is locked, never the definition or application rows that many instances share. The
+# namespace's mask of subscribed event types rides along (`notify_mask`, N2): the units that lock
+# an instance render and record a notification only when its event's bit is set.
+LOCK_INSTANCE = (
+    """
 SELECT UTC_TIMESTAMP(6) AS now, i.id, i.namespace_id, i.workflow_id, i.definition_id, i.application_id, i.input, i.status, i.gate,
        i.review_reason, i.deadline_at,
        (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest,
-       (SELECT a.status FROM applications a WHERE a.id = i.application_id) AS application_status
+       (SELECT a.status FROM applications a WHERE a.id = i.application_id) AS application_status,
+       """
+    + notifications.enabled_mask("i.namespace_id")
+    + """ AS notify_mask
 FROM instances i
 WHERE i.id = %s
 FOR UPDATE
 """
+)
 UPDATE_INSTANCE_STATE = """
 UPDATE instances SET status = %s, gate = %s, review_reason = %s, updated_at = %s
 WHERE id = %s AND status = %s AND gate = %s
@@ -423,8 +430,9 @@ MARK_DECIDING = "UPDATE instances SET version = version + 1 WHERE id = %s"
 
 def lock(tx: Tx, instance_id: int) -> dict | None:
     """Lock the instance row and mark it (`mark_deciding`), in one round trip that also reads the
-    transaction's time, after the lock is held (I5); the result also carries its definition digest
-    and application status. None when there is no such instance."""
+    transaction's time, after the lock is held (I5); the result also carries its definition digest,
+    application status and the namespace's `notify_mask` (`notifications.subscribed`). None when
+    there is no such instance."""
     mark_deciding(tx, instance_id)
     instance = tx.one(LOCK_INSTANCE, (instance_id,))
     if instance is not None:

@@ -30,7 +30,7 @@ from weave.db import Unavailable, read_only, unit_of_work
 from weave.rules import definitions as definition_rules
 from weave.rules import routing as rules
 from weave.rules import signals as signal_rules
-from weave.sql import audit, backoff, definitions, events, instances, signals
+from weave.sql import audit, backoff, definitions, events, instances, notifications, signals
 from weave.times import rfc3339
 from weave.tx import Tx
 
@@ -287,6 +287,7 @@ def take_parked(
     room = signals.SIGNALS_PER_INSTANCE - tx.one(SELECT_STORED, (instance["id"],))["stored"]
     now = tx.now()
     taken = 0
+    refused = []
     for fact in parked:
         if fact["expires_at"] <= now:  # its parking ended before this wait opened: B5 expires it
             continue
@@ -310,6 +311,7 @@ def take_parked(
             continue
         if taken >= room:
             tx.transition(REFUSE_PARKED, ("SIGNAL_LIMIT_REACHED", now, fact["id"]), f"refuse parked signal {signal_id}")
+            refused.append(fact["id"])
             events.append(
                 tx, instance["id"], "SIGNAL_NOT_ROUTED", {"signal_id": signal_id, "reason": "SIGNAL_LIMIT_REACHED"}
             )
@@ -340,6 +342,7 @@ def take_parked(
             request_digest=fact["parked_digest"],  # the acceptance proof follows the fact (S1.12)
         )
         taken += 1
+    signals.notify_settled(tx, instance, refused)  # they left PARKED (N1); they stay in no instance
     return taken
 
 
@@ -354,7 +357,12 @@ ORDER BY available_at, id
 LIMIT %s
 """
 COUNT_DUE_PARKED = "SELECT COUNT(*) AS n FROM signals WHERE status = 'PARKED' AND available_at <= %s"
-LOCK_PARKED_FACT = "SELECT expires_at FROM signals WHERE id = %s AND status = 'PARKED' FOR UPDATE SKIP LOCKED"
+# With the namespace's mask of subscribed event types (N2), read, not locked.
+LOCK_PARKED_FACT = (
+    "SELECT s.expires_at, s.namespace_id, "
+    + notifications.enabled_mask("s.namespace_id")
+    + " AS notify_mask FROM signals s WHERE s.id = %s AND s.status = 'PARKED' FOR UPDATE SKIP LOCKED"
+)
 EXPIRE_PARKED = """
 UPDATE signals SET status = 'EXPIRED', disposition = 'EXPIRED_UNROUTED', settled_at = %s
 WHERE id = %s AND status = 'PARKED'
@@ -389,4 +397,5 @@ def expire_parked(tx: Tx, signal_id: int) -> str | None:
     if fact is None or fact["expires_at"] > now:
         return None
     tx.transition(EXPIRE_PARKED, (now, signal_id), f"expire parked fact {signal_id}")
+    signals.notify_settled(tx, fact, [signal_id])
     return "FACT_EXPIRED_UNROUTED"

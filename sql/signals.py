@@ -20,12 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from weave import jsontext
+from weave import jsontext, views
 from weave.auth import Principal
 from weave.db import read_only, unit_of_work
 from weave.errors import Code, WeaveError, refusal
 from weave.rules import signals as rules
-from weave.sql import audit, backoff, checkpoints, events, instances, waits
+from weave.sql import audit, backoff, checkpoints, events, instances, notifications, waits
+from weave.statuses import NotifyEvent
 from weave.times import rfc3339
 from weave.tx import Tx
 
@@ -665,14 +666,63 @@ def lock_pending_of_generation(tx: Tx, instance_id: int, step_key: str, sequence
     tx.all(LOCK_PENDING_OF_GENERATION, (instance_id, step_key, sequence))
 
 
-def reject_pending_of_generation(tx: Tx, instance_id: int, step_key: str, sequence: int, disposition: str) -> int:
-    """Every PENDING signal aimed at one step generation (any number, none included) is REJECTED."""
-    return tx.execute(REJECT_PENDING_OF_GENERATION, (disposition, tx.now(), instance_id, step_key, sequence))
+SELECT_PENDING_OF_GENERATION = """
+SELECT id FROM signals FORCE INDEX (ix_signals_generation)
+WHERE instance_id = %s AND target_step_key = %s AND target_activation_sequence = %s AND status = 'PENDING'
+"""
+SELECT_PENDING_OF_INSTANCE = """
+SELECT id FROM signals FORCE INDEX (uq_signals_idempotency) WHERE instance_id = %s AND status = 'PENDING'
+"""
 
 
-def reject_all_pending(tx: Tx, instance_id: int, disposition: str) -> int:
-    """Every PENDING signal of the instance (any number, none included) is REJECTED."""
-    return tx.execute(REJECT_PENDING_OF_INSTANCE, (disposition, tx.now(), instance_id))
+def reject_pending_of_generation(tx: Tx, instance: dict, step_key: str, sequence: int, disposition: str) -> int:
+    """Every PENDING signal aimed at one step generation of the locked instance (any number, none
+    included) is REJECTED, each notified when the namespace subscribes (N2)."""
+    generation = (instance["id"], step_key, sequence)
+    settled = _pending_if_notified(tx, instance, SELECT_PENDING_OF_GENERATION, generation)
+    rejected = tx.execute(REJECT_PENDING_OF_GENERATION, (disposition, tx.now(), *generation))
+    notify_settled(tx, instance, settled)
+    return rejected
+
+
+def reject_all_pending(tx: Tx, instance: dict, disposition: str) -> int:
+    """Every PENDING signal of the locked instance (any number, none included) is REJECTED, each
+    notified when the namespace subscribes (N2)."""
+    settled = _pending_if_notified(tx, instance, SELECT_PENDING_OF_INSTANCE, (instance["id"],))
+    rejected = tx.execute(REJECT_PENDING_OF_INSTANCE, (disposition, tx.now(), instance["id"]))
+    notify_settled(tx, instance, settled)
+    return rejected
+
+
+def _pending_if_notified(tx: Tx, instance: dict, sql: str, params: tuple) -> list[int]:
+    """The ids a bulk rejection is about to settle, read only when they are to be notified (the
+    instance lock keeps them PENDING until the rejection)."""
+    if not notifications.subscribed(instance.get("notify_mask"), NotifyEvent.SIGNAL_SETTLED):
+        return []
+    return [row["id"] for row in tx.all(sql, params)]
+
+
+# ---- signal.settled (N1, N2): a signal that left PENDING or PARKED, as GET renders it (§5) ---------
+
+SELECT_SETTLED = "SELECT " + SIGNAL_COLUMNS + " FROM signals s WHERE s.id IN %s ORDER BY s.id"
+
+
+def notify_settled(tx: Tx, holder: dict, signal_ids: list[int], workflow_id: str | None = None) -> None:
+    """Record `signal.settled` for each of `signal_ids`, just settled in this transaction, when the
+    namespace subscribes to it: `holder` is the locked instance (or, for a fact in no instance,
+    a row with its `namespace_id` and `notify_mask`), whose `workflow_id` the view shows unless
+    the fact belongs to none. Nothing is read or rendered otherwise (the hot path)."""
+    if not signal_ids or not notifications.subscribed(holder.get("notify_mask"), NotifyEvent.SIGNAL_SETTLED):
+        return
+    for row in tx.all(SELECT_SETTLED, (tuple(signal_ids),)):
+        shown = holder.get("workflow_id") if row["instance_id"] is not None else workflow_id
+        notifications.record(
+            tx,
+            holder["namespace_id"],
+            NotifyEvent.SIGNAL_SETTLED,
+            row["instance_id"],
+            views.signal_view(row, shown),
+        )
 
 
 # ---- expiry of unmatched signals (the scanner's third source, S2.7) -------------------------------
@@ -740,6 +790,7 @@ def expire_unmatched_signal(tx: Tx, signal_id: int) -> str | None:
         tx.afterwards(LOOK_AGAIN_AT, (max(wait["deadline_at"], now + EXPIRY_RECHECK), signal_id))
         return "EXPIRY_DEFERRED"
     tx.transition(EXPIRE_SIGNAL, (now, signal_id), f"expire signal {signal_id}")
+    notify_settled(tx, instance, [signal_id])
     events.append(
         tx, instance["id"], "SIGNAL_EXPIRED", {"signal_id": str(signal_id), "disposition": "EXPIRED_UNMATCHED"}
     )

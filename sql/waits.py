@@ -73,6 +73,14 @@ def insert(
     )
 
 
+SELECT_WAIT = "SELECT id, step_key, activation_sequence, status, deadline_at FROM waits WHERE id = %s"
+
+
+def read(tx: Tx, wait_id: int) -> dict | None:
+    """A wait's state, not locked (for a unit that holds its instance's lock)."""
+    return tx.one(SELECT_WAIT, (wait_id,))
+
+
 def locking(wait_id: int) -> tuple[str, tuple]:
     """`lock`'s read, for `Tx.all_together`."""
     return LOCK_WAIT, (wait_id,)

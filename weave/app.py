@@ -9,7 +9,18 @@ from weave.config import Config
 from weave.console import pages as console
 from weave.db import Database
 from weave.http import Authenticate, BodyCap, Observe, RequestId
-from weave.resources import batches, definitions, health, inbound, review, signals, tasks, waiting, workflows
+from weave.resources import (
+    batches,
+    definitions,
+    health,
+    inbound,
+    notify,
+    review,
+    signals,
+    tasks,
+    waiting,
+    workflows,
+)
 from weave.resources.metrics import Metrics
 from weave.resources.openapi import OpenApiDocument
 
@@ -45,6 +56,8 @@ def routes(database: Database, config: Config, metrics_route: bool = True) -> li
         ("/v1/inbound/{namespace}/{source}", inbound.InboundDelivery(database, limit, config.keyring)),
         (f"{N}/inbound", inbound.Sources(database)),
         (f"{N}/inbound/{{source}}/deliveries", inbound.SourceDeliveries(database)),
+        (f"{N}/notify", notify.Subscriptions(database)),
+        (f"{N}/notify/{{subscription}}/deliveries", notify.SubscriptionDeliveries(database)),
     ]
 
 

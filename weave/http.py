@@ -101,6 +101,7 @@ PATH_IDS = {
         re.compile(r"[\x21-\x2e\x30-\x7e]{1,128}"), "1-128 visible ASCII characters except /", Code.WORKFLOW_NOT_FOUND
     ),
     "source": PathId(_NAME_64, "1-64 of A-Z a-z 0-9 _ . -", None),  # an inbound source (W1)
+    "subscription": PathId(_NAME_64, "1-64 of A-Z a-z 0-9 _ . -", None),  # a notification subscription (N1)
     "signal_id": PathId(_ROW_ID, "a decimal id", Code.SIGNAL_NOT_FOUND, int),
     "task_id": PathId(_ROW_ID, "a decimal id", Code.TASK_NOT_FOUND, int),
 }

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from weave import views
 from weave.rules import gate
-from weave.sql import activations, audit, checkpoints, events, instances
+from weave.sql import activations, audit, checkpoints, events, instances, notifications
+from weave.statuses import NotifyEvent
 from weave.times import rfc3339
 from weave.tx import Tx
 
@@ -57,6 +59,8 @@ def move_instance(
     """Move the locked instance to (status, gate, review_reason) with its event (`WORKFLOW_<status>`
     unless `event_type` names it) and audit record; returns the instance as it is afterwards."""
     moved = instances.move(tx, instance, status, gate_state, review_reason)
+    if status != instance["status"]:
+        notify_workflow(tx, moved)
     data = {"status": status, "gate": gate_state, "review_reason": review_reason, **(event_data or {})}
     events.append(tx, instance["id"], event_type or f"WORKFLOW_{status}", data)
     audit.record(
@@ -68,6 +72,27 @@ def move_instance(
         instance_id=instance["id"],
     )
     return moved
+
+
+# The instance statuses that are notified on entry (N1), by their event type.
+NOTIFIED_STATUSES = {
+    "NEEDS_REVIEW": NotifyEvent.NEEDS_REVIEW,
+    "SUCCEEDED": NotifyEvent.SUCCEEDED,
+    "FAILED": NotifyEvent.FAILED,
+    "CANCELLED": NotifyEvent.CANCELLED,
+}
+
+
+def notify_workflow(tx: Tx, instance: dict) -> None:
+    """N2: the locked instance has just entered its status; when that status is notified and the
+    namespace subscribes to it (`notify_mask`, read with the instance lock), the workflow
+    representation of §11 as it is now is recorded, in this transaction. Otherwise nothing is
+    read or rendered."""
+    event = NOTIFIED_STATUSES.get(instance["status"])
+    if event is None or not notifications.subscribed(instance.get("notify_mask"), event):
+        return
+    facts = instances.read_facts(tx, instance["namespace_id"], instance["workflow_id"])
+    notifications.record(tx, instance["namespace_id"], event, instance["id"], views.workflow_view(facts))
 
 
 def _gate_facts(tx: Tx, instance: dict) -> gate.GateFacts:

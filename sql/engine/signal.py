@@ -13,8 +13,10 @@ from weave import jsontext
 from weave.rules import correlation
 from weave.rules import signals as signal_rules
 from weave.rules import waits as wait_rules
-from weave.sql import audit, checkpoints, events, instances, routing, signals, tasks, waits
+from weave.sql import audit, checkpoints, events, instances, notifications, routing, signals, tasks, waits
 from weave.sql.engine.steps import Outcome, Step, needs_review, succeeded, waiting
+from weave.statuses import NotifyEvent
+from weave.times import rfc3339
 from weave.tx import Tx
 
 CORRELATION_UNRESOLVED = "CORRELATION_UNRESOLVED"
@@ -72,7 +74,29 @@ def open_wait(tx: Tx, instance: dict, activation: dict, step: Step) -> tuple[dic
     routing.take_parked(tx, instance, wait_id, activation["activation_sequence"], step.document, key, hashed)
     checkpoints.schedule_wait(tx, instance["id"], wait_id, tx.now())
     checkpoints.schedule_wait(tx, instance["id"], wait_id, deadline_at)
+    if notifications.subscribed(instance.get("notify_mask"), NotifyEvent.DEADLINE_NEAR):
+        checkpoints.schedule_near(tx, instance["id"], wait_id, wait_rules.near_deadline(tx.now(), deadline_at))
     return {"wait_id": str(wait_id)}, None
+
+
+def notify_deadline_near(tx: Tx, instance: dict, wait_id: int) -> str | None:
+    """A NEAR checkpoint (N1): 80 % of the wait's time has passed. `wait.deadline_near` is
+    recorded only when the wait is still WAITING (no winner, not expired, cancelled or
+    superseded) and the namespace still subscribes to it. The caller holds the instance lock,
+    under which every change of a wait happens, so the wait is read without a lock of its own."""
+    wait = waits.read(tx, wait_id)
+    if wait is None or wait["status"] != "WAITING":
+        return None
+    if not notifications.subscribed(instance.get("notify_mask"), NotifyEvent.DEADLINE_NEAR):
+        return None
+    data = {
+        "workflow_id": instance["workflow_id"],
+        "step_key": wait["step_key"],
+        "activation_sequence": wait["activation_sequence"],
+        "deadline_at": rfc3339(wait["deadline_at"]),
+    }
+    notifications.record(tx, instance["namespace_id"], NotifyEvent.DEADLINE_NEAR, instance["id"], data)
+    return "DEADLINE_NEAR"
 
 
 def adjudicate(wait: dict, pending: list[dict], now: datetime) -> wait_rules.Verdict:
@@ -91,12 +115,14 @@ def reject(tx: Tx, instance: dict, dispositions: dict[int, str]) -> None:
     for signal_id, disposition in dispositions.items():
         signals.reject(tx, signal_id, disposition)
         events.append(tx, instance["id"], "SIGNAL_REJECTED", {"signal_id": str(signal_id), "disposition": disposition})
+    signals.notify_settled(tx, instance, list(dispositions))
 
 
 def take(tx: Tx, instance: dict, wait: dict, winner: dict, actor: str) -> None:
     """The wait's one winner (S2.5): the signal CONSUMED, the wait SATISFIED, with event and audit."""
     signals.consume(tx, winner["id"], wait["id"])
     waits.satisfy(tx, wait["id"], winner["id"])
+    signals.notify_settled(tx, instance, [winner["id"]])
     events.append(tx, instance["id"], "SIGNAL_CONSUMED", {"signal_id": str(winner["id"]), "wait_id": str(wait["id"])})
     audit.record(
         tx,

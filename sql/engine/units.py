@@ -19,7 +19,7 @@ from weave.rules import gate
 from weave.rules import review as review_rules
 from weave.rules import signals as signal_rules
 from weave.sql import activations, audit, checkpoints, events, inbox, instances, signals, tasks, waits
-from weave.sql.engine import moves, settle
+from weave.sql.engine import moves, settle, signal
 from weave.sql.engine.steps import SCANNER, Step, named, of_instance
 from weave.sql.instances import WorkflowFacts
 from weave.times import rfc3339
@@ -40,6 +40,8 @@ def process_checkpoint(tx: Tx, checkpoint_id: int) -> str | None:
     checkpoints.delete(tx, checkpoint_id)
     if checkpoint["kind"] == "WAIT":
         return moves.consume_wait(tx, instance, checkpoint["wait_id"], SCANNER)
+    if checkpoint["kind"] == "NEAR":
+        return signal.notify_deadline_near(tx, instance, checkpoint["wait_id"])
     # Every ROOT look closes the gate of a running instance past its deadline (I6), the one due at
     # the deadline first of all; then the instance advances with the gate in force.
     return moves.advance(tx, settle.close_at_deadline(tx, instance, SCANNER))
@@ -106,7 +108,7 @@ def _end_steps(tx: Tx, instance: dict, status: str, actor: str) -> None:
         settle.settle_step(tx, instance, activation, status, None, None, actor, from_status=activation["status"])
     for wait_id in waits.lock_waiting(tx, instance["id"]):
         waits.settle(tx, wait_id, "CANCELLED")
-    signals.reject_all_pending(tx, instance["id"], "INSTANCE_SETTLED")
+    signals.reject_all_pending(tx, instance, "INSTANCE_SETTLED")
     for activation in unended:
         tasks.cancel_open_tasks(tx, activation["id"])
 
@@ -264,6 +266,6 @@ def _close_generation(
         elif wait["status"] == "WAITING":
             waits.settle(tx, wait["id"], wait_status)
     signals.reject_pending_of_generation(
-        tx, instance["id"], activation["step_key"], activation["activation_sequence"], disposition
+        tx, instance, activation["step_key"], activation["activation_sequence"], disposition
     )
     tasks.cancel_open_tasks(tx, activation["id"])

@@ -132,6 +132,8 @@ OPERATIONS = [
     ("POST", f"{N}/tasks/{{task_id}}/complete", "TASK_NOT_FOUND", {"tasks:work"}),
     ("GET", f"{N}/inbound", "NOT_FOUND", {"workflows:read"}),
     ("GET", f"{N}/inbound/{{source}}/deliveries", "NOT_FOUND", {"workflows:read"}),
+    ("GET", f"{N}/notify", "NOT_FOUND", {"workflows:read"}),
+    ("GET", f"{N}/notify/{{subscription}}/deliveries", "NOT_FOUND", {"workflows:read"}),
 ]
 EVERY_SCOPE = auth.SCOPES
 SAMPLE = {
@@ -143,6 +145,7 @@ SAMPLE = {
     "queue": "inventory",
     "task_id": "1",
     "source": "stripe",
+    "subscription": "ops",
 }
 by_operation = pytest.mark.parametrize(
     "method, template, not_found, scopes",

@@ -346,8 +346,9 @@ def test_every_console_page_declares_the_scopes_of_its_api_twin():
             assert responder.operation.not_found.name == "WORKFLOW_NOT_FOUND"
             found += 1
     # list, page, pause, resume, cancel, review, parked facts (GET {N}/signals), inbound sources
-    # (GET {N}/inbound), a source's deliveries (GET {N}/inbound/{source}/deliveries) and the bulk review
-    assert found == 10
+    # (GET {N}/inbound), a source's deliveries (GET {N}/inbound/{source}/deliveries), the bulk review,
+    # the notification subscriptions (GET {N}/notify) and one's notifications (…/{subscription}/deliveries)
+    assert found == 12
 
 
 # ---- the list ------------------------------------------------------------------------------------------

@@ -489,6 +489,11 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
         "signals.SELECT_PAYLOAD": (signals.SELECT_PAYLOAD, (signal,)),
         "signals.SELECT_CANDIDATE": (signals.SELECT_CANDIDATE, (signal,)),
         "signals.LOCK_PENDING_OF_GENERATION": (signals.LOCK_PENDING_OF_GENERATION, (instance, "payment", 1)),
+        # N2: what a bulk rejection settles, read only when the namespace subscribes; their views
+        "signals.SELECT_PENDING_OF_GENERATION": (signals.SELECT_PENDING_OF_GENERATION, (instance, "payment", 1)),
+        "signals.SELECT_PENDING_OF_INSTANCE": (signals.SELECT_PENDING_OF_INSTANCE, (instance,)),
+        "signals.SELECT_SETTLED": (signals.SELECT_SETTLED, ((signal,),)),
+        "waits.SELECT_WAIT": (waits.SELECT_WAIT, (wait,)),  # a NEAR checkpoint's look (N1)
         "inbox.SELECT_HELD_OF_TASK": (inbox.SELECT_HELD_OF_TASK, (task,)),
         "audit.SELECT_ACCEPTANCE_DIGEST": (audit.SELECT_ACCEPTANCE_DIGEST, (signal, instance)),
         # expiry of unmatched signals
@@ -655,6 +660,32 @@ INBOUND_KEYS = {
     "inbound.REWRITE_SECRET": {("inbound_secrets", "PRIMARY")},
 }
 LISTED_ELSEWHERE |= set(INBOUND_KEYS)
+# Outbound notifications (N1-N3), the change's outbox write and the operator's units: tested with
+# rows of their own tables (test_N1_N3_notification_statements_read_through_their_indexes).
+NOTIFY_KEYS = {
+    "notifications.INSERT_NOTIFICATIONS": {("s", "ix_notify_subscriptions_namespace")},
+    "notifications.SELECT_SUBSCRIPTION": {("notify_subscriptions", "uq_notify_subscriptions_name")},
+    "notifications.LOCK_SUBSCRIPTION": {("notify_subscriptions", "uq_notify_subscriptions_name")},
+    "notifications.SELECT_CREATED": {("notify_subscriptions", "uq_notify_subscriptions_name")},
+    "notifications.DISABLE_SUBSCRIPTION": {("notify_subscriptions", "PRIMARY")},
+    "notifications.DROP_PENDING": {("notifications", "ix_notifications_subscription")},
+    "notifications.DELETE_ATTEMPTS": {
+        ("n", "ix_notifications_subscription"),
+        ("a", "ix_notification_attempts_notification"),
+    },
+    "notifications.DELETE_NOTIFICATIONS": {("notifications", "ix_notifications_subscription")},
+    "notifications.DELETE_SUBSCRIPTION": {("notify_subscriptions", "PRIMARY")},
+    "notifications.SELECT_SUBSCRIPTIONS": {("s", "uq_notify_subscriptions_name")},
+    "notifications.SELECT_DELIVERY_PAGE": {
+        ("s", "uq_notify_subscriptions_name"),
+        ("n", "ix_notifications_subscription"),
+    },
+    "notifications.SELECT_ATTEMPTS": {("notification_attempts", "ix_notification_attempts_notification")},
+    "notifications.SELECT_SECRETS_AFTER": {("s", "PRIMARY"), ("n", "PRIMARY")},
+    "notifications.REWRITE_SECRET": {("notify_subscriptions", "PRIMARY")},
+    "notifications.SELECT_REWRITTEN": {("notify_subscriptions", "PRIMARY")},
+}
+LISTED_ELSEWHERE |= set(NOTIFY_KEYS)
 # The index each scanner source and the task claim must range over (a plan may change its mind
 # about the rest as long as it uses some index).
 EXPECTED_KEYS = {
@@ -992,3 +1023,73 @@ def test_N2_outbox_statements_read_through_their_indexes(database):
         if keys:
             assert full_scans(plan) == [], (name, plan)
     assert not any("filesort" in (row["Extra"] or "") for row in explain(database, outbox.DUE, params["outbox.DUE"]))
+
+
+def test_N1_N3_notification_statements_read_through_their_indexes(tenant, other_tenant, database):
+    """The change's outbox write reads one namespace's enabled subscriptions by index, a deliveries
+    page is a backward range of one index without a sort, its attempts are found by theirs, and the
+    operator's units touch only their rows; on tables holding two namespaces' hundreds of
+    subscriptions and thousands of notifications."""
+    from weave.sql import notifications
+
+    def fill(tx):
+        now = tx.now()
+        namespaces = [row["id"] for row in tx.all("SELECT id FROM namespaces ORDER BY id")]
+        tx.executemany(
+            "INSERT INTO notify_subscriptions (namespace_id, name, url, event_mask, status, ciphertext, created_at,"
+            " updated_at) VALUES (%s, %s, 'https://h.example/', %s, %s, %s, %s, %s)",
+            [
+                (ns, f"s{n:03d}", 1 + n % 63, "ENABLED" if n % 4 else "DISABLED", b"c" * 100, now, now)
+                for ns, count in zip(namespaces, (30, 570))
+                for n in range(count)
+            ],
+        )
+        subscriptions = [row["id"] for row in tx.all("SELECT id FROM notify_subscriptions ORDER BY id")]
+        statuses = ("PENDING", "DELIVERED", "DELIVERED", "DROPPED")
+        tx.executemany(
+            "INSERT INTO notifications (subscription_id, namespace_id, event_type, webhook_id, occurred_at, body,"
+            " status, due_at) VALUES (%s, %s, 'workflow.failed', %s, %s, '{}', %s, %s)",
+            [
+                (subscriptions[n % 40], namespaces[0], f"msg_{n}", now, statuses[n % 4], now if n % 4 == 0 else None)
+                for n in range(20000)
+            ],
+        )
+        tx.execute(
+            "INSERT INTO notification_attempts (notification_id, attempted_at, http_status, duration_ms)"
+            " SELECT id, occurred_at, 500, 10 FROM notifications WHERE MOD(id, 3) = 0"
+        )
+        tx.execute("ANALYZE TABLE namespaces, notify_subscriptions, notifications, notification_attempts")
+        return namespaces[0], subscriptions[7]
+
+    namespace_id, subscription_id = database.run(fill)
+    now = datetime(2026, 1, 1)
+    page = {"namespace": namespace_id, "name": "s007", "status": "PENDING", "after": 15000, "limit": 51}
+    params = {
+        "notifications.INSERT_NOTIFICATIONS": (None, "workflow.failed", "msg_x_", now, "{}", now, namespace_id, 4),
+        "notifications.SELECT_SUBSCRIPTION": (namespace_id, "s007"),
+        "notifications.LOCK_SUBSCRIPTION": (namespace_id, "s007"),
+        "notifications.SELECT_CREATED": (namespace_id, "s007", b"c" * 100),
+        "notifications.DISABLE_SUBSCRIPTION": (now, subscription_id),
+        "notifications.DROP_PENDING": ("disabled", subscription_id),
+        "notifications.DELETE_ATTEMPTS": (subscription_id,),
+        "notifications.DELETE_NOTIFICATIONS": (subscription_id,),
+        "notifications.DELETE_SUBSCRIPTION": (subscription_id,),
+        "notifications.SELECT_SUBSCRIPTIONS": (namespace_id,),
+        "notifications.SELECT_DELIVERY_PAGE": page,
+        "notifications.SELECT_ATTEMPTS": ((3, 6, 9, 300),),
+        "notifications.SELECT_SECRETS_AFTER": (subscription_id, 100),
+        "notifications.REWRITE_SECRET": (b"d" * 100, subscription_id, b"c" * 100),
+        "notifications.SELECT_REWRITTEN": (subscription_id, b"c" * 100),
+    }
+    assert set(params) == set(NOTIFY_KEYS)
+    for name, keys in NOTIFY_KEYS.items():
+        plan = explain(database, getattr(notifications, name.split(".")[1]), params[name])
+        if os.environ.get("WEAVE_SHOW_PLANS"):
+            print(name, [(r["table"], r["type"], r["key"], r["rows"], r["Extra"]) for r in plan])
+        assert keys <= keys_used(plan), (name, plan)
+        assert full_scans(plan) == [], (name, plan)
+        if name in ("notifications.SELECT_DELIVERY_PAGE", "notifications.SELECT_SUBSCRIPTIONS"):
+            assert not any("filesort" in (row["Extra"] or "") for row in plan), (name, plan)
+    # the page without a status is the same range
+    plan = explain(database, notifications.SELECT_DELIVERY_PAGE, page | {"status": None})
+    assert ("n", "ix_notifications_subscription") in keys_used(plan) and full_scans(plan) == []

@@ -16,6 +16,8 @@ from weave import auth, schemas
 from weave.app import create_app, routes
 from weave.config import Config
 from weave.errors import Code
+from weave.rules import subscriptions
+from weave.sql import notifications
 
 _PARAM = re.compile(r"{(\w+)(?::[^}]*)?}")
 KEYS = inbound_test.keyring()
@@ -273,6 +275,9 @@ def test_every_operation_of_a_real_flow_answers_as_documented(documented, tenant
     for path in ("/healthz", "/readyz", "/v1/openapi.json", "/metrics"):
         assert c.simulate_get(path).status_code == 200
 
+    notifications.create_subscription(  # N1: every change below is notified
+        database, "acme", "ops", "https://hooks.example/", list(subscriptions.EVENT_TYPES), KEYS.encrypt("whsec_x")
+    )
     definition = signal_flow_definition()
     assert flow.publish(definition) == 1
     assert flow.publish(definition) == 1  # 200: identical to the latest
@@ -368,6 +373,14 @@ def test_every_operation_of_a_real_flow_answers_as_documented(documented, tenant
     assert control(ship["workflow_id"], "review", **review).status_code == 200
     assert control(ship["workflow_id"], "cancel").status_code == 200
     assert flow.claim("carrier").status_code == 204
+    # N1, N3: the subscriptions and a subscription's notifications with their attempts
+    assert c.simulate_get(f"{ns}/notify", headers=everything).json["subscriptions"][0]["name"] == "ops"
+    notified = c.simulate_get(f"{ns}/notify/ops/deliveries", query_string="limit=2", headers=everything).json
+    assert len(notified["deliveries"]) == 2 and notified["next_after"] is not None
+    assert c.simulate_get(f"{ns}/notify/nobody/deliveries", headers=everything).status_code == 404
+    assert (
+        c.simulate_get(f"{ns}/notify/ops/deliveries", query_string="status=LOST", headers=everything).status_code == 422
+    )
 
     # the usual refusals, each checked against its documented problem
     assert c.simulate_get(f"{ns}/workflows/wf-1").status_code == 401

@@ -25,7 +25,16 @@ FIELD_NOT_FOUND = {
     "task_id": "TASK_NOT_FOUND",
     "name": "DEFINITION_NOT_FOUND",
 }
-LONGEST = {"namespace": 64, "queue": 64, "source": 64, "name": 128, "workflow_id": 128, "signal_id": 19, "task_id": 19}
+LONGEST = {
+    "namespace": 64,
+    "queue": 64,
+    "source": 64,
+    "subscription": 64,
+    "name": 128,
+    "workflow_id": 128,
+    "signal_id": 19,
+    "task_id": 19,
+}
 # As they appear in the URL (percent-encoded): non-ASCII (é, an emoji, a full-width digit), a byte
 # that is not UTF-8, NUL, CR LF, a space, a sign and a point.
 IMPOSSIBLE = ["%C3%A9", "%F0%9F%98%80", "%EF%BC%91", "%FF", "a%00b", "a%0D%0Ab", "a%20b", "-1", "1.5"]

@@ -53,7 +53,8 @@ from weave.app import create_app
 from weave.console.pages import ROOT as CONSOLE_ROOT
 from weave.http import Operation
 from weave.scanner import Scanner
-from weave.sql import inbound, tenancy
+from weave.secretbox import Keyring, new_key
+from weave.sql import inbound, notifications, tenancy
 
 N = "/v1/namespaces/{namespace}"
 QUEUES = ("inventory", "carrier")
@@ -206,6 +207,19 @@ class World:
         )
         return name
 
+    def subscription(self, namespace: str = "acme") -> str:
+        """A new notification subscription (N1), as `weave admin notify create` makes one."""
+        name = self.unique(f"{namespace}-sub")
+        notifications.create_subscription(
+            self.database,
+            namespace,
+            name,
+            "https://hooks.example/",
+            ["workflow.failed"],
+            Keyring([new_key()]).encrypt("s"),
+        )
+        return name
+
     def _globex_objects(self) -> dict[str, str]:
         """Real ids of globex: a definition, a workflow with a signal, a task leased with its token."""
         owner = self.globex.headers(*auth.SCOPES, queues=("inventory", "gqueue"))
@@ -224,6 +238,7 @@ class World:
             "lease_token": task["lease_token"],
             "queue": "gqueue",
             "source": self.source("globex", ("inventory",)),
+            "subscription": self.subscription("globex"),
         }
 
 
@@ -380,6 +395,10 @@ CALLS: dict[tuple[str, str], list[Callable[[World], Call]]] = {
     ("GET", f"{N}/inbound"): [lambda w: Call({}) if w.source() else None],
     ("GET", f"{N}/inbound/{{source}}/deliveries"): [
         lambda w: Call({"source": w.source()}, query={"outcome": "ROUTED", "after": "0", "limit": "10"})
+    ],
+    ("GET", f"{N}/notify"): [lambda w: Call({}) if w.subscription() else None],
+    ("GET", f"{N}/notify/{{subscription}}/deliveries"): [
+        lambda w: Call({"subscription": w.subscription()}, query={"status": "PENDING", "after": "0", "limit": "10"})
     ],
     # Public: a signature authenticates it, not a token; unsigned it is 401 (tests/integration/
     # test_inbound.py signs real deliveries with the providers' own libraries).
@@ -577,6 +596,7 @@ NOWHERE = {
     "task_id": "999999999",
     "queue": "noqueue",
     "source": "nosource",
+    "subscription": "nosubscription",
     "lease_token": "0" * 32,
 }
 

@@ -19,6 +19,7 @@ from weave import auth, logs, migrate
 from weave.cli import client as cli_client
 from weave.cli import definitions as cli_definitions
 from weave.cli import inbound as cli_inbound
+from weave.cli import notify as cli_notify
 from weave.cli.admin import (
     cmd_app_create,
     cmd_app_status,
@@ -184,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
             )
         p.set_defaults(run=run)
 
-    admin = commands.add_parser("admin", help="namespaces, queues, applications, credentials, inbound sources")
+    admin = commands.add_parser(
+        "admin", help="namespaces, queues, applications, credentials, inbound sources, notifications"
+    )
     objects = admin.add_subparsers(dest="object", required=True)
     leaf = [common, as_json]
 
@@ -234,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_credential_revoke)
 
     cli_inbound.add_commands(objects, leaf)
+    cli_notify.add_commands(objects, leaf)
 
     cli_client.add_commands(commands)
     cli_definitions.add_commands(commands)

@@ -20,7 +20,7 @@ from weave.db import Database
 from weave.errors import Code, WeaveError
 from weave.rules import webhooks
 from weave.secretbox import SECRET_KEY_VARIABLE, Keyring, new_key
-from weave.sql import inbound
+from weave.sql import inbound, notifications
 
 MAPPING_MAX_BYTES = 256 * 1024  # a mapping is a few rules; this catches a wrong file
 # Providers' secrets are tens of characters; the bound keeps the ciphertext inside its column
@@ -240,34 +240,50 @@ def cmd_secret_remove(args) -> int:
 
 
 def cmd_secret_reencrypt(args) -> int:
-    """Rotation's second step (docs/operations.md): every valid secret of every namespace, read
-    with whichever key opens it, written again with the first; a secret no key opens is named
-    (and the command exits 1) without stopping the others."""
+    """Rotation's second step (docs/operations.md): every valid secret of every namespace (the
+    inbound sources' and the notification subscriptions'), read with whichever key opens it,
+    written again with the first; a secret no key opens is named (and the command exits 1)
+    without stopping the others."""
     ring = keyring()
     database = Database(args.database_url)
-    after, reencrypted, unreadable = 0, 0, []
-    while page := inbound.secrets_after(database, after, REENCRYPT_PAGE):
-        for secret in page:
-            try:
-                ciphertext = ring.rotate(secret["ciphertext"])
-            except ValueError:
-                unreadable.append(
-                    {
-                        "namespace": secret["namespace"],
-                        "source": secret["source"],
-                        "secret_id": str(secret["secret_id"]),
-                    }
-                )
-                continue
-            reencrypted += inbound.rewrite_secret(database, secret, ciphertext)
-        after = page[-1]["secret_id"]
+    inbound_done, inbound_unreadable = _reencrypt(
+        ring, database, inbound.secrets_after, inbound.rewrite_secret, "secret_id"
+    )
+    notify_done, notify_unreadable = _reencrypt(
+        ring, database, notifications.secrets_after, notifications.rewrite_secret, "subscription_id"
+    )
+    unreadable = [
+        {"namespace": s["namespace"], "source": s["source"], "secret_id": str(s["secret_id"])}
+        for s in inbound_unreadable
+    ]
+    unreadable += [{"namespace": s["namespace"], "subscription": s["name"]} for s in notify_unreadable]
+    reencrypted = inbound_done + notify_done
     lines = [f"encrypted {reencrypted} secret(s) again with the first key of {SECRET_KEY_VARIABLE}"]
     lines += [
         f"no key opens secret {u['secret_id']} of {u['source']} in {u['namespace']}: add it again, then remove it"
+        if "source" in u
+        else f"no key opens the secret of subscription {u['subscription']} in {u['namespace']}: delete and create it"
         for u in unreadable
     ]
     _print(args, {"reencrypted": reencrypted, "unreadable": unreadable}, "\n".join(lines))
     return 1 if unreadable else 0
+
+
+def _reencrypt(ring: Keyring, database: Database, page_after, rewrite, id_key: str) -> tuple[int, list[dict]]:
+    """Every row `page_after(database, after, limit)` lists, a page at a time in id order, its
+    `ciphertext` encrypted again with the ring's first key by `rewrite(database, row, ciphertext)`:
+    (how many were, the rows no key opens)."""
+    after, reencrypted, unreadable = 0, 0, []
+    while page := page_after(database, after, REENCRYPT_PAGE):
+        for row in page:
+            try:
+                ciphertext = ring.rotate(row["ciphertext"])
+            except ValueError:
+                unreadable.append(row)
+                continue
+            reencrypted += rewrite(database, row, ciphertext)
+        after = page[-1][id_key]
+    return reencrypted, unreadable
 
 
 def cmd_secret_key(args) -> int:

@@ -60,11 +60,12 @@ from weave.http import (
     read_body,
 )
 from weave.resources import inbound as inbound_resources
+from weave.resources import notify as notify_resources
 from weave.resources.workflows import DEFINITION_NAME, STATUSES, Search, list_or_search, search_terms
 from weave.rules import review as review_rules
 from weave.rules import routing as routing_rules
 from weave.rules import signals as signal_rules
-from weave.sql import engine, inbound, instances, sessions, tenancy
+from weave.sql import engine, inbound, instances, notifications, sessions, tenancy
 from weave.sql import signals as signal_rows
 from weave.sql import timeline as records
 
@@ -571,6 +572,74 @@ class DeliveryList(Console):
         )
 
 
+def _notifications_url(namespace: str, subscription: str, **query) -> str:
+    """A subscription's list of notifications (N3) with its query."""
+    return _list_url(namespace, f"notify/{quote(subscription, safe='')}/deliveries", **query)
+
+
+class SubscriptionList(Console):
+    @page("The review console's list of a namespace's notification subscriptions (HTML, N1)", "workflows:read")
+    def on_get(self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str) -> None:
+        """The namespace's subscriptions as the API lists them (`GET {N}/notify`: url, events,
+        status, failing since; never a secret), a failing endpoint shown as failing, each linked
+        to its notifications."""
+        rows = notifications.list_subscriptions(self.database, visit.principal.namespace)
+        _render(
+            resp,
+            "subscriptions.html",
+            visit=visit,
+            root=ROOT,
+            namespace=namespace,
+            subscriptions=[notify_resources.subscription_view(row) for row in rows],
+            notifications_url=functools.partial(_notifications_url, namespace),
+        )
+
+
+NOTIFICATION_QUERY = (
+    ("status", f"one of {', '.join(notify_resources.STATUSES)}"),
+    ("after", "the cursor of the previous page"),
+)
+
+
+class NotificationList(Console):
+    @page(
+        "The review console's list of a subscription's notifications with their attempts (HTML, N3)",
+        "workflows:read",
+        query=NOTIFICATION_QUERY,
+    )
+    def on_get(
+        self, req: falcon.Request, resp: falcon.Response, visit: Visit, namespace: str, subscription: str
+    ) -> None:
+        """A subscription's notifications, newest first, a page at a time by id, each with its
+        attempts, through the API's own read (`GET {N}/notify/{subscription}/deliveries`): an
+        unknown subscription is 404."""
+        query = _filtered(req, "status", notify_resources.STATUSES, NOTIFICATION_QUERY[0][1])
+        rows, more = _newest_page(
+            lambda before, limit: notifications.list_deliveries(
+                self.database, visit.principal.namespace, subscription, query.value, before, limit
+            ),
+            query.after,
+        )
+        _render(
+            resp,
+            "notifications.html",
+            422 if query.problem else 200,
+            visit=visit,
+            root=ROOT,
+            namespace=namespace,
+            subscription=subscription,
+            problem=query.problem,
+            statuses=notify_resources.STATUSES,
+            status=query.value or "",
+            deliveries=rows,
+            has_next=more,
+            next_url=_notifications_url(
+                namespace, subscription, status=query.value, after=rows[-1]["notification_id"] if more else None
+            ),
+            workflow_url=functools.partial(_workflow_url, namespace),
+        )
+
+
 @dataclass
 class Refusal:
     """A refused action, shown on the page: which form, the message by field, the values sent."""
@@ -946,6 +1015,8 @@ def routes(database, config) -> list[tuple[str, object]]:
         (f"{ns}/bulk-review", BulkReview(database, limit)),  # not under workflows/: any name there is an id
         (f"{ns}/inbound", SourceList(database, limit)),
         (f"{ns}/inbound/{{source}}/deliveries", DeliveryList(database, limit)),  # GET {N}/inbound/…, as a page
+        (f"{ns}/notify", SubscriptionList(database, limit)),
+        (f"{ns}/notify/{{subscription}}/deliveries", NotificationList(database, limit)),  # GET {N}/notify/…
         (f"{ns}/workflows/{{workflow_id}}", WorkflowPage(database, limit)),
         *[
             (f"{ns}/workflows/{{workflow_id}}/{action}", WorkflowControl(database, limit, action))

@@ -50,3 +50,11 @@ def adjudicate(wait: WaitFacts, pending: list[PendingSignal], now: datetime) -> 
             verdict.winner = signal.id  # accepted on time: it counts even if we look late
     verdict.expire = verdict.winner is None and now >= wait.deadline_at
     return verdict
+
+
+NEAR_FRACTION = 0.8  # `wait.deadline_near` (N1): this far from the wait's activation to its deadline
+
+
+def near_deadline(activated_at: datetime, deadline_at: datetime) -> datetime:
+    """When a wait opened at `activated_at` is 80 % of the way to its deadline (N1)."""
+    return activated_at + (deadline_at - activated_at) * NEAR_FRACTION
