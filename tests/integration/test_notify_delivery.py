@@ -154,7 +154,7 @@ def test_N2_only_http_and_https_endpoints_are_called(database, deliveries, url):
     notification_id = enqueue(database, subscribe(database, url))
     scan(database, pool)
     [attempt] = attempts(database, notification_id)
-    assert attempt["error"].startswith("refused: only http and https")
+    assert attempt["error"].startswith("refused: the URL's scheme must be http or https")
 
 
 def test_N2_a_hanging_endpoint_does_not_stop_other_deliveries_or_the_other_sources(database, deliveries, flow, tenant):

@@ -10,12 +10,11 @@ shown again (a lost secret means delete and create). The URL and the event types
 from __future__ import annotations
 
 import argparse
-import secrets
 
 from weave.cli.args import _integer, _name, _print, _shown
 from weave.cli.inbound import keyring
 from weave.db import Database
-from weave.rules import subscriptions
+from weave.rules import notify, subscriptions
 from weave.sql import notifications
 from weave.statuses import NotificationStatus
 
@@ -81,7 +80,7 @@ def _subscription_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_notify_create(args) -> int:
     ring = keyring()
     events = list(dict.fromkeys(args.event))  # a type given twice is one type
-    secret = subscriptions.secret_from(secrets.token_bytes(subscriptions.SECRET_BYTES))
+    secret = notify.new_secret()
     created = notifications.create_subscription(
         Database(args.database_url), args.namespace, args.name, args.url, events, ring.encrypt(secret)
     )

@@ -25,13 +25,12 @@ import secrets
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-from weave.rules.webhooks import SECRET_PREFIX, standard_key
+from weave.rules import subscriptions
+from weave.rules.webhooks import standard_key
 
 FIRST_RETRY = timedelta(seconds=5)
 RETRY_CAP = timedelta(hours=24)
 MAX_DOUBLINGS = 32  # 5 s · 2**15 passes the cap already; bounded so that 2 ** attempts never overflows
-SECRET_BYTES = 32
-SCHEMES = ("http", "https")
 
 
 # ---- signing -----------------------------------------------------------------------------------------
@@ -39,7 +38,7 @@ SCHEMES = ("http", "https")
 
 def new_secret() -> str:
     """A Standard Webhooks signing secret: `whsec_` and the base64 of 32 random bytes."""
-    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode("ascii")
+    return subscriptions.secret_from(secrets.token_bytes(subscriptions.SECRET_BYTES))
 
 
 def signature(secret: str, webhook_id: str, timestamp: int, body: bytes) -> str:
@@ -79,17 +78,14 @@ class Refused(ValueError):
 
 
 def check_url(url: str) -> tuple[str, str, int]:
-    """(scheme, host, port) of an endpoint URL; Refused unless it is http or https with a host."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise Refused(f"not a URL: {exc}") from None
-    if parts.scheme not in SCHEMES:
-        raise Refused(f"only http and https endpoints are called, not {parts.scheme or 'no scheme'!r}")
-    if not parts.hostname:
-        raise Refused("the URL names no host")
-    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
+    """(scheme, host, port) of an endpoint URL; Refused unless a subscription could have it
+    (`weave.rules.subscriptions.url_problem`: http or https with a host, no credentials)."""
+    problem = subscriptions.url_problem(url)
+    if problem is not None:
+        raise Refused(problem)
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80)
 
 
 def address_refusal(address: str, allow_private: bool) -> str | None:
