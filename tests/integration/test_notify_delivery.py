@@ -248,3 +248,39 @@ def test_N2_an_https_endpoint_that_never_answers_its_handshake_times_out(databas
     [attempt] = attempts(database, notification_id)
     assert attempt["http_status"] is None and attempt["error"] == "timed out after 1 s"
     assert 900 <= attempt["duration_ms"] < 3000
+
+
+def test_N1_N2_a_workflow_that_needs_review_then_fails_is_told_to_its_subscriber_signed(
+    database, deliveries, flow, clock, tenant
+):
+    """Both halves together: a subscription made as `weave admin notify create` makes it, a workflow
+    whose payment never comes goes to review and is then failed by an operator; each change wrote its
+    notification in its own transaction, and the scanner delivers both, signed, the reference
+    library verifying each, with the workflow as the API shows it."""
+    from weave.rules import notify
+    from weave.sql import notifications
+
+    secret = notify.new_secret()
+    pool = deliveries()
+    with Receiver() as receiver:
+        notifications.create_subscription(
+            database, "acme", "ops", receiver.url, ["workflow.needs_review", "workflow.failed"], KEYRING.encrypt(secret)
+        )
+        flow.publish(signal_flow_definition(timeout=60))
+        flow.start("order-1", input={"order_id": "o-1"})
+        flow.scan()
+        flow.finish_task({"reservation_id": "r-1"})
+        clock.advance(60)
+        flow.scan()  # the wait expired: NEEDS_REVIEW
+        reviewed = flow.client.simulate_post(
+            f"{flow.ns}/workflows/order-1/review",
+            json={"action": "fail", "reason": "customer left"},
+            headers=tenant.headers("workflows:review", queues=("inventory", "carrier")),
+        )
+        assert reviewed.status_code == 200, reviewed.text
+        scan(database, pool)
+    documents = [Webhook(secret).verify(r.body, r.headers) for r in receiver.received]
+    assert sorted(d["type"] for d in documents) == ["workflow.failed", "workflow.needs_review"]
+    by_type = {d["type"]: d["data"] for d in documents}
+    assert by_type["workflow.needs_review"]["review_reason"] == "WAIT_EXPIRED"
+    assert (by_type["workflow.failed"]["workflow_id"], by_type["workflow.failed"]["status"]) == ("order-1", "FAILED")
