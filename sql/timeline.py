@@ -69,6 +69,13 @@ SELECT_INBOUND_SOURCES = """
 SELECT d.signal_id, s.name AS source FROM inbound_deliveries d JOIN inbound_sources s ON s.id = d.source_id
 WHERE d.signal_id IN %s
 """
+# The newest notifications written about the instance (N2), with their subscription's name.
+NOTIFICATIONS_SHOWN = 20
+SELECT_NOTIFICATIONS = """
+SELECT n.id, n.event_type, n.status, n.attempts, n.occurred_at, n.delivered_at, s.name AS subscription
+FROM notifications n FORCE INDEX (ix_notifications_instance) JOIN notify_subscriptions s ON s.id = n.subscription_id
+WHERE n.instance_id = %s ORDER BY n.id DESC LIMIT %s
+"""
 ROUND_IDS_AFTER = "SELECT id FROM tasks WHERE activation_id IN %s AND id > %s ORDER BY id LIMIT %s"
 ROUND_IDS_BEFORE = "SELECT id FROM tasks WHERE activation_id IN %s AND id < %s ORDER BY id DESC LIMIT %s"
 SELECT_ROUNDS = """
@@ -119,6 +126,7 @@ class WorkflowRecord:
     signals: Page  # `payload` is its head, `payload_bytes` its size
     rounds: Page  # query rounds; `result` and `error` are heads, `round` the number in its activation
     history: Page  # `data` is its head
+    notifications: list[dict]  # the newest NOTIFICATIONS_SHOWN written about it, newest first
     now: datetime
 
 
@@ -189,5 +197,6 @@ def read_record(
         signals=Page(signal_rows, signal_ids.earlier, signal_ids.later),
         rounds=Page(round_rows, round_ids.earlier, round_ids.later),
         history=_page(tx, history, EVENTS_AFTER, EVENTS_BEFORE, (data_head, instance_id)),
+        notifications=tx.all(SELECT_NOTIFICATIONS, (instance_id, NOTIFICATIONS_SHOWN)),
         now=tx.now(),
     )

@@ -69,3 +69,21 @@ def test_N1_N3_the_subscriptions_and_their_notifications_with_attempts_escaped(c
     )
     assert console.get("/console/ns/acme/notify/ops/deliveries?status=LOST").status_code == 422
     assert console.get("/console/ns/acme/notify/nobody/deliveries").status_code == 404
+
+
+def test_issue_34_3_a_workflows_page_lists_its_notifications_linked_to_their_subscription(
+    client, tenant, flow, database
+):
+    subscribe(database, "<i>ops")
+    flow.publish(task_steps("work"))
+    flow.start("wf-1")
+    flow.scan()
+    flow.finish_task({})
+    flow.start("wf-2")  # not ended: no notification about it
+    console = Console(client)
+    console.sign_in(tenant.token(*OPERATOR, queues=QUEUES, actor="ops-alice"))
+    page = console.get("/console/ns/acme/workflows/wf-1").text
+    section = page[page.index('<section id="notifications">') : page.index('<section id="events">')]
+    assert section.count('<tr id="notification-') == 1 and "workflow.succeeded" in section
+    assert 'href="/console/ns/acme/notify/%3Ci%3Eops/deliveries">&lt;i&gt;ops</a>' in section
+    assert '<section id="notifications">' not in console.get("/console/ns/acme/workflows/wf-2").text

@@ -827,6 +827,9 @@ def show_workflow(
         read_only=visit.principal.application_status != "ACTIVE",
         list_url=_list_url(namespace),
         deliveries_url=functools.partial(_deliveries_url, namespace),
+        notifications=record.notifications,
+        notifications_shown=records.NOTIFICATIONS_SHOWN,
+        notifications_url=functools.partial(_notifications_url, namespace),
     )
 
 
