@@ -188,10 +188,15 @@ LEASES_EXPIRED = Counter(
     "weave_scanner_leases_expired_total", "Expired task leases settled by the scanner, by decision", ["decision"]
 )
 
+PURGED_INSTANCES = Counter(
+    "weave_purged_instances_total", "Ended instances purged past their namespace's retention, with all their rows (L1)"
+)
+
 # ---- read from the database at scrape time --------------------------------------------------------------
 
 LAG = "weave_scanner_lag_seconds"
 NEEDS_REVIEW = "weave_workflows_needs_review"
+PURGE_LAG = "weave_purge_lag_seconds"
 BACKLOG_MAX_AGE_SECONDS = 1.0  # the lag is alerted on after a minute; a second older costs nothing
 
 
@@ -246,6 +251,12 @@ class Backlog:
             lag.add_metric([source], seconds)
         yield lag
         yield GaugeMetricFamily(NEEDS_REVIEW, "Workflows in NEEDS_REVIEW", value=sum(figures["needs_review"].values()))
+        if "purge_lag_seconds" in figures:
+            yield GaugeMetricFamily(
+                PURGE_LAG,
+                "Seconds since the retention of the oldest ended instance still stored passed (0: none is past it)",
+                value=figures["purge_lag_seconds"],
+            )
 
 
 class Exposition:

@@ -47,7 +47,7 @@ from weave import metrics
 from weave.config import DEFAULT_SCAN_BATCH_SIZE, DEFAULT_SCAN_IDLE_SECONDS
 from weave.db import Database
 from weave.rules import sharing
-from weave.sql import backoff, checkpoints, engine, inbox, instances, routing, scanners, signals, tasks
+from weave.sql import backoff, checkpoints, engine, inbox, instances, retention, routing, scanners, signals, tasks
 from weave.tx import Tx
 
 log = logging.getLogger("weave.scanner")
@@ -80,6 +80,8 @@ class CandidateSource:
     decisions: Counter = metrics.SCANNER_DECISIONS  # counts its decisions by kind
     # The batch report's field for its decisions: `done` counts them, a dict field by kind.
     tally: str = "done"
+    # Counters of particular decisions, besides `decisions`: (decision, counter) pairs.
+    counts: tuple[tuple[str, Counter], ...] = ()
 
     def due(self, tx: Tx, limit: int) -> list[dict]:
         """Up to `limit` candidates due now, oldest first."""
@@ -112,7 +114,21 @@ SOURCES = (
         routing.count_parked_expiry_due,
     ),
 )
-SCANNED = (LEASE_EXPIRY, *SOURCES)  # what a scanner lists; an expired lease goes first among equals
+# Data lifecycle (L1, L3): what ended and is past its namespace's retention goes, a chunk per
+# transaction; each lists at most `retention.PER_BATCH` candidates a batch, so that a backlog
+# (due days ago, sorted first) leaves the batch to the workflows' progress.
+LIFECYCLE = (
+    CandidateSource(
+        "purge",
+        retention.listing_purgeable,
+        retention.purge_instance,
+        None,
+        counts=((retention.PURGED, metrics.PURGED_INSTANCES),),
+    ),
+    CandidateSource("fact_purge", retention.listing_purgeable_facts, retention.purge_facts, None),
+    CandidateSource("audit_sweep", retention.listing_audit_sweeps, retention.sweep_audit, None),
+)
+SCANNED = (LEASE_EXPIRY, *SOURCES, *LIFECYCLE)  # what a scanner lists; an expired lease goes first among equals
 LISTING = "batch"  # the failures label of a batch that could not list its candidates
 
 
@@ -120,15 +136,22 @@ def backlog(tx: Tx, count_due: bool = False) -> dict:
     """What waits for the scanners, read from the database: `lag_seconds`, the age of each
     source's oldest due candidate (0 when none is due), as the source's own candidate query finds
     it; `needs_review`, the instances waiting for an operator by namespace; with `count_due`, the
-    number of due candidates of each source (a count over the index range: for one-off checks)."""
+    number of due candidates of each source (a count over the index range: for one-off checks);
+    `purge_lag_seconds`, how long ago the retention of the oldest instance still stored passed
+    (L1), and with `count_due`, `purgeable`, the instances past their retention by namespace."""
     now = tx.now()
     lag = {}
     for source in SOURCES:
         oldest = source.due(tx, 1)
         lag[source.name] = (now - oldest[0]["due_at"]).total_seconds() if oldest else 0.0
-    figures = {"lag_seconds": lag, "needs_review": instances.needs_review_by_namespace(tx)}
+    figures = {
+        "lag_seconds": lag,
+        "needs_review": instances.needs_review_by_namespace(tx),
+        "purge_lag_seconds": retention.purge_lag(tx),
+    }
     if count_due:
         figures["due"] = {source.name: source.count_due(tx) for source in SOURCES}
+        figures["purgeable"] = retention.purgeable_by_namespace(tx)
     return figures
 
 
@@ -295,6 +318,9 @@ class Scanner:
             self.skips(source.name).inc()
             return "skipped", None
         self.decisions[source.decisions](decision).inc()
+        for kind, counter in source.counts:
+            if decision == kind:
+                counter.inc()
         return "done", decision
 
     def run_once(self, stop: threading.Event | None = None) -> BatchReport:

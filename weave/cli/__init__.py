@@ -25,6 +25,7 @@ from weave.cli.admin import (
     cmd_credential_revoke,
     cmd_migrate,
     cmd_namespace_create,
+    cmd_namespace_retention,
     cmd_queue_create,
     cmd_stats,
 )
@@ -41,6 +42,7 @@ from weave.cli.args import (
     _port,
     _positive,
     _resolve_database_url,
+    _retention_days,
     _scan_threads,
     _signals_per_minute,
 )
@@ -189,6 +191,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = ns.add_parser("create", parents=leaf)
     p.add_argument("namespace", type=_name)
     p.set_defaults(run=cmd_namespace_create)
+    p = ns.add_parser(
+        "retention",
+        parents=leaf,
+        help="how long ended instances and audit records are kept (L1); with no option, show it",
+    )
+    p.add_argument("namespace", type=_name)
+    kept = p.add_mutually_exclusive_group()
+    kept.add_argument(
+        "--days",
+        type=_retention_days,
+        help="purge instances that ended more than N days ago, with all their rows (0: at the next pass)",
+    )
+    kept.add_argument("--forever", action="store_true", help="keep ended instances forever (the default)")
+    audit_kept = p.add_mutually_exclusive_group()
+    audit_kept.add_argument(
+        "--audit-days",
+        type=_retention_days,
+        help="purge audit records older than M days, never sooner than the instances' retention",
+    )
+    audit_kept.add_argument("--audit-forever", action="store_true", help="keep audit records forever (the default)")
+    p.set_defaults(run=cmd_namespace_retention)
 
     queue = objects.add_parser("queue").add_subparsers(dest="action", required=True)
     p = queue.add_parser("create", parents=leaf)
