@@ -2,7 +2,6 @@
 every table counted before and after a purge; chunks cut mid-way; two scanners at once; the audit
 retention; the command and the backlog."""
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -11,8 +10,7 @@ from test_poll import final_signal, poll_definition
 from test_routing import fact, route
 
 from weave import jsontext
-from weave.errors import WeaveError
-from weave.scanner import LIFECYCLE, Scanner, backlog
+from weave.scanner import LIFECYCLE, Scanner
 from weave.sql import retention
 
 DAY = timedelta(days=1)
