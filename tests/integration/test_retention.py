@@ -2,7 +2,7 @@
 every table counted before and after a purge; chunks cut mid-way; two scanners at once; the audit
 retention; the command and the backlog."""
 
-from datetime import timedelta
+import threading
 
 import pytest
 from helpers import payment, signal_flow_definition, task_steps
@@ -10,10 +10,11 @@ from test_poll import final_signal, poll_definition
 from test_routing import fact, route
 
 from weave import jsontext
-from weave.scanner import LIFECYCLE, Scanner
+from weave.errors import WeaveError
+from weave.db import connect
+from weave.scanner import LIFECYCLE, Scanner, backlog
 from weave.sql import retention
 
-DAY = timedelta(days=1)
 RETENTION_DAYS = 3
 
 # Every table is either owned by instances (and facts): a purge removes their rows; or shared:
@@ -271,3 +272,176 @@ def test_L1_L3_a_purge_removes_every_row_of_ended_instances_past_retention_and_n
         details = jsontext.loads(row["details"])
         assert details["rows"] == {table: n for table, n in each[row["instance_id"]].items() if n}
         assert details["workflow_id"] in zoo["purged"] and details["ended_at"]
+
+
+# ---- one instance, purged in chunks --------------------------------------------------------------------
+
+
+@pytest.fixture
+def ended(flow, clock, database):
+    """Two SUCCEEDED signal-flow instances with a few dozen rows each; retention 0 days."""
+    flow.publish(signal_flow_definition())
+    for workflow_id in ("w-1", "w-2"):
+        signal_instance(flow, workflow_id)
+    retention.set_retention(database, "acme", 0)
+    return instance_ids(flow, "w-1")[0]
+
+
+def rows_left(database, instance_id: int) -> dict[str, int]:
+    return {table: n for table in OWNED if (n := len(rows_of(database, table, (instance_id,))))}
+
+
+def purged_records(flow) -> list[dict]:
+    rows = flow.rows("SELECT instance_id, details FROM audit_records WHERE action = 'workflow.purged' ORDER BY id")
+    return [{"instance_id": row["instance_id"], **jsontext.loads(row["details"])} for row in rows]
+
+
+def test_L1_retention_0_purges_an_ended_instance_at_the_next_pass(ended, flow, database):
+    reports = purge_all(database)
+    assert reports[0].by_source == {"purge": 2}
+    assert flow.rows("SELECT id FROM instances") == []
+    assert len(purged_records(flow)) == 2
+
+
+def test_L1_a_retention_of_forever_keeps_everything_and_days_keep_until_they_passed(ended, flow, database, clock):
+    retention.set_retention(database, "acme", None)
+    assert purge_all(database)[0].candidates == 0
+    retention.set_retention(database, "acme", 1)
+    clock.advance(86_399)
+    assert purge_all(database)[0].candidates == 0
+    assert len(flow.rows("SELECT id FROM instances")) == 2
+    clock.advance(1)
+    purge_all(database)
+    assert flow.rows("SELECT id FROM instances") == []
+
+
+def test_L3_a_purge_cut_between_chunks_resumes_to_the_same_end_with_one_record_and_the_whole_count(
+    ended, flow, database
+):
+    whole = rows_left(database, ended)
+    assert sum(whole.values()) > 20
+    assert retention.purge_instance(database, ended, chunk_rows=7) == retention.PURGING
+    left = rows_left(database, ended)
+    assert sum(whole.values()) - sum(left.values()) == 7  # one chunk of 7 rows went, and only it
+    stored = jsontext.loads(flow.rows("SELECT purge_counts FROM instances WHERE id = %s", (ended,))[0]["purge_counts"])
+    assert sum(stored.values()) == 7
+    # the process dies here; a later pass (another process, a bigger chunk) goes on from there
+    decisions = []
+    while not decisions or decisions[-1] != retention.PURGED:
+        decisions.append(retention.purge_instance(database, ended, chunk_rows=5))
+    assert set(decisions[:-1]) == {retention.PURGING}
+    assert rows_left(database, ended) == {}
+    (record,) = [r for r in purged_records(flow) if r["instance_id"] == ended]
+    assert record["rows"] == whole
+    assert retention.purge_instance(database, ended) is None  # idempotent: nothing left to do
+
+
+def test_L3_two_scanners_purging_one_instance_at_once_count_each_row_once(ended, flow, database):
+    whole = rows_left(database, ended)
+    decisions: list = []
+
+    def purge():
+        for _ in range(200):
+            decision = retention.purge_instance(database, ended, chunk_rows=3)
+            decisions.append(decision)
+            if not flow.rows("SELECT id FROM instances WHERE id = %s", (ended,)):
+                return
+
+    threads = [threading.Thread(target=purge) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert decisions.count(retention.PURGED) == 1
+    (record,) = [r for r in purged_records(flow) if r["instance_id"] == ended]
+    assert record["rows"] == whole
+    assert rows_left(database, ended) == {}
+
+
+def test_L1_an_instance_whose_task_still_runs_is_purged_once_the_task_ended(flow, database, clock):
+    flow.publish({**task_steps("work"), "name": "tasks"})
+    flow.start("w-1", definition="tasks")
+    flow.scan()
+    claimed = flow.claim(lease_seconds=60)
+    control(flow, "w-1", "cancel")  # the running task is asked to stop (P5); it holds its permit
+    retention.set_retention(database, "acme", 0)
+    assert Scanner(database, sources=LIFECYCLE).run_once().skipped == 1  # listed, left: its task runs
+    assert flow.rows("SELECT status FROM tasks") == [{"status": "RUNNING"}]
+    assert flow.complete(claimed.json, outcome="CANCELLED").status_code == 200
+    flow.scan()
+    purge_all(database)
+    assert flow.rows("SELECT id FROM instances") == []
+    assert flow.rows("SELECT permits_in_use FROM queues WHERE name = 'inventory'") == [{"permits_in_use": 0}]
+
+
+def test_L1_a_purge_neither_waits_for_nor_blocks_a_transaction_that_holds_the_instance(
+    ended, flow, database, migrated_url
+):
+    holder = connect(migrated_url)
+    try:
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT id FROM instances WHERE id = %s FOR UPDATE", (ended,))
+            assert retention.purge_instance.once(database, ended) is None  # skipped at once, not waited
+        holder.rollback()
+    finally:
+        holder.close()
+    assert retention.purge_instance(database, ended) == retention.PURGED
+
+
+# ---- audit retention ------------------------------------------------------------------------------------
+
+
+def audit_actions(flow) -> list[str]:
+    return [row["action"] for row in flow.rows("SELECT action FROM audit_records ORDER BY id")]
+
+
+def test_L1_L3_audit_records_are_kept_the_longer_of_both_retentions(ended, flow, database, clock):
+    retention.set_retention(database, "acme", 10, audit_days=2)
+    assert retention.set_retention(database, "acme")["effective_audit_days"] == 10
+    before = audit_actions(flow)
+    clock.advance(days=9)
+    purge_all(database)
+    assert audit_actions(flow) == before  # younger than the instances' retention: kept
+    clock.advance(1, days=1)
+    purge_all(database)
+    # the instances went (10 days), and with them every record of them older than 10 days; the
+    # purge records themselves are younger: they follow the audit retention from now on
+    assert flow.rows("SELECT id FROM instances") == []
+    assert audit_actions(flow) == ["workflow.purged", "workflow.purged"]
+    clock.advance(days=10)
+    purge_all(database)
+    assert audit_actions(flow) == []
+
+
+def test_L1_audit_records_of_an_instance_still_stored_are_kept_past_the_audit_retention(flow, database, clock):
+    flow.publish(signal_flow_definition())
+    signal_instance(flow, "w-run", finish=False)
+    retention.set_retention(database, "acme", 1, audit_days=1)
+    clock.advance(days=5)
+    purge_all(database)
+    actions = audit_actions(flow)
+    assert "workflow.start" in actions and "signal.send" in actions
+    assert "namespace.create" not in actions  # a record of no instance goes
+
+
+def test_L1_retention_of_an_unknown_namespace_or_out_of_range_is_refused(database, tenant):
+    with pytest.raises(WeaveError):
+        retention.set_retention(database, "nope", 1)
+    with pytest.raises(WeaveError):
+        retention.set_retention(database, "acme", -1)
+
+
+# ---- operations -----------------------------------------------------------------------------------------
+
+
+def test_L1_the_backlog_shows_the_purgeable_instances_and_the_purge_lag(ended, flow, database, clock):
+    retention.set_retention(database, "acme", 1)
+    figures = database.read(backlog, count_due=True)
+    assert figures["purgeable"] == {"acme": 0} and figures["purge_lag_seconds"] == 0.0
+    clock.advance(30, days=1)
+    figures = database.read(backlog, count_due=True)
+    assert figures["purgeable"] == {"acme": 2} and figures["purge_lag_seconds"] >= 30.0
+    purge_all(database)
+    figures = database.read(backlog, count_due=True)
+    assert figures["purgeable"] == {"acme": 0} and figures["purge_lag_seconds"] == 0.0
