@@ -10,8 +10,8 @@ from test_poll import final_signal, poll_definition
 from test_routing import fact, route
 
 from weave import jsontext
-from weave.errors import WeaveError
 from weave.db import connect
+from weave.errors import WeaveError
 from weave.scanner import LIFECYCLE, Scanner, backlog
 from weave.sql import retention
 
