@@ -27,6 +27,7 @@ decisions.md, "Retention and purge").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from weave import jsontext
@@ -94,24 +95,69 @@ def set_retention(tx: Tx, namespace: str, days=UNCHANGED, audit_days=UNCHANGED) 
 
 # ---- ended instances (L1, L3) ----------------------------------------------------------------------
 
-# The candidates: per namespace with a retention, the head of its ended instances' ranges of
-# ix_instances_ended, read in index order up to the limit (no sort: the nested loop stops at the
-# limit, so the read is as long as the batch whatever the table holds). The scanner merges them
-# with the other sources by `due_at` (when the retention passed).
-PURGEABLE_INSTANCES = """
-SELECT STRAIGHT_JOIN i.id, i.id AS instance_id, i.updated_at + INTERVAL n.retention_days DAY AS due_at
-FROM namespaces n
-JOIN instances i FORCE INDEX (ix_instances_ended)
-  ON i.namespace_id = n.id AND i.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
- AND i.updated_at <= %s - INTERVAL n.retention_days DAY
-WHERE n.retention_days IS NOT NULL
-LIMIT %s
+# The candidates are read in two steps, the first one (`purgeable_ranges`, the scanner's `prepare`)
+# the oldest end in each (namespace, ended status) range of ix_instances_ended, one index dive each;
+# the second (`listing_purgeable`) the oldest instances past retention of each range that has some,
+# a range of the index read in order up to the limit. One statement could not do it in one read: the
+# retention differs by namespace, and a join gives the server no range on `updated_at` by the
+# namespace's row, only the namespace's whole part of the index (its live and kept instances too).
+OLDEST_ENDED = """
+SELECT n.id, n.name, n.retention_days,
+       (SELECT i.updated_at FROM instances i FORCE INDEX (ix_instances_ended)
+        WHERE i.namespace_id = n.id AND i.status = 'SUCCEEDED' ORDER BY i.updated_at LIMIT 1) AS succeeded,
+       (SELECT i.updated_at FROM instances i FORCE INDEX (ix_instances_ended)
+        WHERE i.namespace_id = n.id AND i.status = 'FAILED' ORDER BY i.updated_at LIMIT 1) AS failed,
+       (SELECT i.updated_at FROM instances i FORCE INDEX (ix_instances_ended)
+        WHERE i.namespace_id = n.id AND i.status = 'CANCELLED' ORDER BY i.updated_at LIMIT 1) AS cancelled
+FROM namespaces n WHERE n.retention_days IS NOT NULL
 """
+PURGEABLE_RANGE = """SELECT id, id AS instance_id, updated_at + INTERVAL %s DAY AS due_at
+FROM instances FORCE INDEX (ix_instances_ended)
+WHERE namespace_id = %s AND status = %s AND updated_at <= %s
+ORDER BY updated_at LIMIT %s"""
+NO_CANDIDATES = "SELECT NULL AS id, NULL AS instance_id, NULL AS due_at FROM DUAL WHERE FALSE"
+MAX_RANGES = 8  # ranges listed in one batch, the longest past retention first
 
 
-def listing_purgeable(now: datetime, limit: int) -> tuple[str, tuple]:
-    """The read of up to `limit` (at most PER_BATCH) instances past their namespace's retention."""
-    return PURGEABLE_INSTANCES, (now, min(limit, PER_BATCH))
+@dataclass(frozen=True)
+class PurgeRange:
+    namespace_id: int
+    status: str
+    days: int
+    due_at: datetime  # when the oldest instance of the range passed its retention
+
+
+def _heads(rows: list[dict]):
+    for row in rows:
+        for status, column in (("SUCCEEDED", "succeeded"), ("FAILED", "failed"), ("CANCELLED", "cancelled")):
+            if row[column] is not None:
+                yield row, status, rules.retention_ends(row[column], row["retention_days"])
+
+
+def purgeable_ranges(tx: Tx) -> list[PurgeRange]:
+    """The ranges whose oldest instance is past its namespace's retention, longest past first."""
+    now = tx.now()
+    found = [
+        PurgeRange(row["id"], status, row["retention_days"], due_at)
+        for row, status, due_at in _heads(tx.all(OLDEST_ENDED))
+        if due_at <= now
+    ]
+    return sorted(found, key=lambda r: r.due_at)[:MAX_RANGES]
+
+
+def listing_purgeable(now: datetime, limit: int, ranges: list[PurgeRange]) -> tuple[str, tuple]:
+    """The read of up to `limit` (at most PER_BATCH) instances past retention of each range."""
+    if not ranges:
+        return NO_CANDIDATES, ()
+    each = min(limit, PER_BATCH)
+    params = tuple(
+        value for r in ranges for value in (r.days, r.namespace_id, r.status, rules.cutoff(now, r.days), each)
+    )
+    return _union(PURGEABLE_RANGE, len(ranges)), params
+
+
+def _union(statement: str, count: int) -> str:
+    return "\nUNION ALL\n".join([f"({statement})"] * count)
 
 
 # Subqueries in the select list are read, not locked: only the instance row is.
@@ -338,21 +384,28 @@ def purge_facts(tx: Tx, head_id: int, chunk_rows: int = rules.CHUNK_ROWS) -> str
 
 # ---- audit records (L1, L3) ------------------------------------------------------------------------
 
-# The candidates: a namespace with both retentions whose next unswept audit record (of any
-# namespace: ids grow with time, one range of the primary key) is past its effective audit
-# retention.
-AUDIT_SWEEPS_DUE = """
-SELECT n.id, a.at + INTERVAL GREATEST(n.retention_days, n.audit_retention_days) DAY AS due_at
-FROM namespaces n
-JOIN audit_records a ON a.id = (SELECT MIN(x.id) FROM audit_records x WHERE x.id > n.audit_swept_id)
-WHERE n.retention_days IS NOT NULL AND n.audit_retention_days IS NOT NULL
-  AND a.at <= %s - INTERVAL GREATEST(n.retention_days, n.audit_retention_days) DAY
-LIMIT %s
+# The candidates, in two steps like the instances': the namespaces with both retentions (a few
+# rows), then for each, its next unswept audit record (of any namespace: ids grow with time, one
+# range of the primary key from its cursor), when that one is past the effective audit retention.
+AUDIT_SWEPT_NAMESPACES = """
+SELECT id, GREATEST(retention_days, audit_retention_days) AS days, audit_swept_id FROM namespaces
+WHERE retention_days IS NOT NULL AND audit_retention_days IS NOT NULL
 """
+NEXT_UNSWEPT = """SELECT * FROM (
+  SELECT %s AS id, at + INTERVAL %s DAY AS due_at FROM audit_records WHERE id > %s ORDER BY id LIMIT 1
+) next_record WHERE due_at <= %s"""
 
 
-def listing_audit_sweeps(now: datetime, limit: int) -> tuple[str, tuple]:
-    return AUDIT_SWEEPS_DUE, (now, min(limit, PER_BATCH))
+def swept_namespaces(tx: Tx) -> list[dict]:
+    return tx.all(AUDIT_SWEPT_NAMESPACES)
+
+
+def listing_audit_sweeps(now: datetime, limit: int, namespaces: list[dict]) -> tuple[str, tuple]:
+    namespaces = namespaces[: min(limit, PER_BATCH)]
+    if not namespaces:
+        return NO_CANDIDATES, ()
+    params = tuple(value for n in namespaces for value in (n["id"], n["days"], n["audit_swept_id"], now))
+    return _union(NEXT_UNSWEPT, len(namespaces)), params
 
 
 LOCK_SWEEP = """
@@ -403,14 +456,6 @@ def sweep_audit(tx: Tx, namespace_id: int, chunk_rows: int = rules.CHUNK_ROWS) -
 
 # ---- the backlog (`weave admin stats`, the purge lag gauge) ------------------------------------------
 
-# One index dive per namespace with a retention and ended status: the oldest end of each.
-OLDEST_ENDED = """
-SELECT n.name, n.retention_days,
-       (SELECT MIN(i.updated_at) FROM instances i WHERE i.namespace_id = n.id AND i.status = 'SUCCEEDED') AS succeeded,
-       (SELECT MIN(i.updated_at) FROM instances i WHERE i.namespace_id = n.id AND i.status = 'FAILED') AS failed,
-       (SELECT MIN(i.updated_at) FROM instances i WHERE i.namespace_id = n.id AND i.status = 'CANCELLED') AS cancelled
-FROM namespaces n WHERE n.retention_days IS NOT NULL
-"""
 # For one-off checks: a count over the index ranges past retention (as long as the backlog).
 COUNT_PURGEABLE = """
 SELECT n.name,
@@ -422,13 +467,9 @@ FROM namespaces n WHERE n.retention_days IS NOT NULL ORDER BY n.name
 
 
 def purge_lag(tx: Tx) -> float:
-    """Seconds since the retention of the oldest purgeable instance passed (0 when none is past)."""
-    now, lag = tx.now(), 0.0
-    for row in tx.all(OLDEST_ENDED):
-        for ended in (row["succeeded"], row["failed"], row["cancelled"]):
-            if ended is not None:
-                lag = max(lag, (now - rules.retention_ends(ended, row["retention_days"])).total_seconds())
-    return lag
+    """Seconds since the retention of the oldest instance still stored passed (0 when none is past)."""
+    ranges = purgeable_ranges(tx)
+    return (tx.now() - ranges[0].due_at).total_seconds() if ranges else 0.0
 
 
 def purgeable_by_namespace(tx: Tx) -> dict[str, int]:

@@ -82,10 +82,14 @@ class CandidateSource:
     tally: str = "done"
     # Counters of particular decisions, besides `decisions`: (decision, counter) pairs.
     counts: tuple[tuple[str, Counter], ...] = ()
+    # A read the listing needs first (in the batch's read, one round trip before the listings):
+    # its answer is the listing's third argument.
+    prepare: Callable[[Tx], object] | None = None
 
     def due(self, tx: Tx, limit: int) -> list[dict]:
         """Up to `limit` candidates due now, oldest first."""
-        return tx.all(*self.listing(tx.now(), limit))
+        first = (self.prepare(tx),) if self.prepare else ()
+        return tx.all(*self.listing(tx.now(), limit, *first))
 
 
 # P4: a RUNNING task whose lease passed is re-queued or settled. Its row is the task's own, with
@@ -124,9 +128,16 @@ LIFECYCLE = (
         retention.purge_instance,
         None,
         counts=((retention.PURGED, metrics.PURGED_INSTANCES),),
+        prepare=retention.purgeable_ranges,
     ),
     CandidateSource("fact_purge", retention.listing_purgeable_facts, retention.purge_facts, None),
-    CandidateSource("audit_sweep", retention.listing_audit_sweeps, retention.sweep_audit, None),
+    CandidateSource(
+        "audit_sweep",
+        retention.listing_audit_sweeps,
+        retention.sweep_audit,
+        None,
+        prepare=retention.swept_namespaces,
+    ),
 )
 SCANNED = (LEASE_EXPIRY, *SOURCES, *LIFECYCLE)  # what a scanner lists; an expired lease goes first among equals
 LISTING = "batch"  # the failures label of a batch that could not list its candidates
@@ -266,7 +277,9 @@ class Scanner:
                     scanners.heartbeat(tx, member_id, now)
                     self.heartbeat_at, self.beaten = now, time.monotonic()
                 members = (scanners.listing_live(now - sharing.LIVE),)
-            answers = tx.all_together(*members, *(source.listing(now, limit) for source in self.sources))
+            prepared = [(source.prepare(tx),) if source.prepare else () for source in self.sources]
+            listings = (source.listing(now, limit, *first) for source, first in zip(self.sources, prepared))
+            answers = tx.all_together(*members, *listings)
             live = {row["id"]: row["heartbeat_at"] for row in answers.pop(0)} if members else None
             listed = [Candidate.listed(source, row) for source, rows in zip(self.sources, answers) for row in rows]
             return now, live, listed
