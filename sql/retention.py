@@ -2,8 +2,8 @@
 scanner sources that apply it: ended instances with every row that belongs to them, settled facts
 of no instance, and audit records past the audit retention.
 
-An instance is purged by `purge_instance` in chunks of at most `CHUNK_ROWS` rows, one transaction
-each: every chunk locks the instance row (`SKIP LOCKED`: a purge never waits for, nor holds up for
+An instance is purged by `purge_instance` in chunks of at most `CHUNK_ROWS` rows of each table,
+one transaction of three round trips each: every chunk locks the instance row (`SKIP LOCKED`: a purge never waits for, nor holds up for
 long, a signal sent to the instance, which only finds it gone), checks that it ended and is past
 its namespace's retention, and deletes the instance's rows children first (notification attempts
 and notifications, inbox events and tasks, checkpoints, waits, signals, events, activations, then
@@ -162,7 +162,8 @@ def _union(statement: str, count: int) -> str:
 
 # Subqueries in the select list are read, not locked: only the instance row is.
 LOCK_ENDED_INSTANCE = """
-SELECT i.id, i.namespace_id, i.workflow_id, i.status, i.updated_at AS ended_at, i.purge_counts,
+SELECT UTC_TIMESTAMP(6) AS now, i.id, i.namespace_id, i.workflow_id, i.status, i.updated_at AS ended_at,
+       i.purge_counts,
        (SELECT d.name FROM definitions d WHERE d.id = i.definition_id) AS definition,
        (SELECT d.version FROM definitions d WHERE d.id = i.definition_id) AS version,
        (SELECT n.retention_days FROM namespaces n WHERE n.id = i.namespace_id) AS retention_days,
@@ -171,12 +172,17 @@ FROM instances i
 WHERE i.id = %s
 FOR UPDATE SKIP LOCKED
 """
-SELECT_ACTIVATION_IDS = "SELECT id FROM step_activations WHERE instance_id = %s"
-COUNT_LIVE_TASKS = "SELECT COUNT(*) AS n FROM tasks WHERE activation_id IN %s AND status IN ('QUEUED', 'RUNNING')"
-SELECT_NOTIFICATION_IDS = "SELECT id FROM notifications WHERE instance_id = %s ORDER BY id LIMIT %s"
+COUNT_LIVE_TASKS = """
+SELECT COUNT(*) AS n FROM step_activations a JOIN tasks t ON t.activation_id = a.id
+WHERE a.instance_id = %s AND t.status IN ('QUEUED', 'RUNNING')
+"""
+SELECT_NOTIFICATION_IDS = "SELECT id FROM notifications WHERE instance_id = %s LIMIT %s"
+# `tasks` has no index on instance_id: an instance's tasks are found by its activations' ids.
+SELECT_TASK_IDS = """
+SELECT t.id FROM step_activations a JOIN tasks t ON t.activation_id = a.id WHERE a.instance_id = %s LIMIT %s
+"""
 DELETE_NOTIFICATION_ATTEMPTS = "DELETE FROM notification_attempts WHERE notification_id IN %s"
 DELETE_NOTIFICATIONS = "DELETE FROM notifications WHERE id IN %s"
-SELECT_TASK_IDS = "SELECT id FROM tasks WHERE activation_id IN %s ORDER BY id LIMIT %s"
 DELETE_INBOX_EVENTS = "DELETE FROM inbox_events WHERE task_id IN %s"
 DELETE_TASKS = "DELETE FROM tasks WHERE id IN %s"
 DELETE_CHECKPOINTS = "DELETE FROM checkpoints WHERE instance_id = %s LIMIT %s"
@@ -189,82 +195,37 @@ DELETE_ACTIVATIONS = "DELETE FROM step_activations WHERE instance_id = %s LIMIT 
 DELETE_SWEPT_AUDIT = "DELETE FROM audit_records WHERE instance_id = %s AND id <= %s LIMIT %s"
 UPDATE_PURGE_COUNTS = "UPDATE instances SET purge_counts = %s WHERE id = %s"
 DELETE_INSTANCE = "DELETE FROM instances WHERE id = %s AND status = %s"
-# The rows keyed by the instance, in the order a purge removes them (each chunk goes down it).
+# The rows keyed by the instance itself, deleted through its key's index.
 BY_INSTANCE = (
     ("checkpoints", DELETE_CHECKPOINTS),
     ("waits", DELETE_WAITS),
     ("signals", DELETE_SIGNALS),
     ("events", DELETE_EVENTS),
-    ("step_activations", DELETE_ACTIVATIONS),
 )
 
 
-class _Chunk:
-    """The rows one purge transaction may still remove, and what it removed, by table."""
-
-    def __init__(self, budget: int):
-        self.budget = budget
-        self.removed: dict[str, int] = {}
-
-    def count(self, table: str, rows: int) -> None:
-        if rows:
-            self.removed[table] = self.removed.get(table, 0) + rows
-            self.budget -= rows
-
-    @property
-    def full(self) -> bool:
-        return self.budget <= 0
-
-
-def _delete_by_ids(tx: Tx, chunk: _Chunk, select: str, key: int | tuple, children: tuple, table: str, delete: str):
-    """Up to the chunk's budget of `table`'s ids (by `select`), their `children` rows, then them."""
-    ids = tuple(row["id"] for row in tx.all(select, (key, chunk.budget)))
-    if ids:
-        for child_table, child_delete in children:
-            chunk.count(child_table, tx.execute(child_delete, (ids,)))
-        chunk.count(table, tx.execute(delete, (ids,)))
-
-
-def _remove_rows(tx: Tx, instance: dict, activation_ids: tuple, chunk: _Chunk) -> None:
-    """Remove the instance's rows, children first, until the chunk is full or none is left."""
+def _chunk(instance: dict, notification_ids: tuple, task_ids: tuple, rows: int) -> list[tuple[str, str, tuple, bool]]:
+    """The deletes of one chunk, children first: (table, statement, parameters, whether it has a
+    LIMIT: a count that reaches it means more may be left). The activations go only with the last
+    of the tasks: a task left behind is found through them."""
     instance_id = instance["id"]
-    steps = [
-        lambda: _delete_by_ids(
-            tx,
-            chunk,
-            SELECT_NOTIFICATION_IDS,
-            instance_id,
-            (("notification_attempts", DELETE_NOTIFICATION_ATTEMPTS),),
-            "notifications",
-            DELETE_NOTIFICATIONS,
-        ),
-    ]
-    if activation_ids:
-        steps.append(
-            lambda: _delete_by_ids(
-                tx,
-                chunk,
-                SELECT_TASK_IDS,
-                activation_ids,
-                (("inbox_events", DELETE_INBOX_EVENTS),),
-                "tasks",
-                DELETE_TASKS,
-            )
-        )
-    steps += [
-        lambda table=table, delete=delete: chunk.count(table, tx.execute(delete, (instance_id, chunk.budget)))
-        for table, delete in BY_INSTANCE
-    ]
+    deletes = []
+    if notification_ids:
+        deletes += [
+            ("notification_attempts", DELETE_NOTIFICATION_ATTEMPTS, (notification_ids,), False),
+            ("notifications", DELETE_NOTIFICATIONS, (notification_ids,), False),
+        ]
+    if task_ids:
+        deletes += [
+            ("inbox_events", DELETE_INBOX_EVENTS, (task_ids,), False),
+            ("tasks", DELETE_TASKS, (task_ids,), False),
+        ]
+    deletes += [(table, delete, (instance_id, rows), True) for table, delete in BY_INSTANCE]
+    if len(task_ids) < rows:
+        deletes.append(("step_activations", DELETE_ACTIVATIONS, (instance_id, rows), True))
     if instance["audit_swept_id"]:
-        steps.append(
-            lambda: chunk.count(
-                "audit_records", tx.execute(DELETE_SWEPT_AUDIT, (instance_id, instance["audit_swept_id"], chunk.budget))
-            )
-        )
-    for step in steps:
-        if chunk.full:
-            return
-        step()
+        deletes.append(("audit_records", DELETE_SWEPT_AUDIT, (instance_id, instance["audit_swept_id"], rows), True))
+    return deletes
 
 
 PURGED = "PURGED"  # the instance is gone, its audit record written
@@ -277,20 +238,32 @@ def purge_instance(tx: Tx, instance_id: int, chunk_rows: int = rules.CHUNK_ROWS)
     PURGED when the instance row went with it, PURGING when more is left, None when there is
     nothing to do now (another scanner has it, it is gone, not ended, not past its retention, or
     a task of it still runs)."""
-    instance = tx.one(LOCK_ENDED_INSTANCE, (instance_id,))
+    # One round trip: the lock, then (read, not locked) whether a task still runs and a chunk's
+    # worth of the ids that its children are deleted by.
+    found, live, notifications, tasks_ = tx.all_together(
+        (LOCK_ENDED_INSTANCE, (instance_id,)),
+        (COUNT_LIVE_TASKS, (instance_id,)),
+        (SELECT_NOTIFICATION_IDS, (instance_id, chunk_rows)),
+        (SELECT_TASK_IDS, (instance_id, chunk_rows)),
+    )
+    instance = found[0] if found else None
     if instance is None or instance["status"] not in rules.ENDED:
         return None
+    tx.now_read_with(instance.pop("now"))  # read after the lock was taken
     if not rules.past_retention(instance["ended_at"], instance["retention_days"], tx.now()):
         return None  # the retention was lengthened, or set to forever, since the listing
-    activation_ids = tuple(row["id"] for row in tx.all(SELECT_ACTIVATION_IDS, (instance_id,)))
-    if activation_ids and tx.one(COUNT_LIVE_TASKS, (activation_ids,))["n"]:
+    if live[0]["n"]:
         return None  # its permit is released when the lease ends or the worker reports
-    chunk = _Chunk(chunk_rows)
-    _remove_rows(tx, instance, activation_ids, chunk)
+    notification_ids, task_ids = tuple(row["id"] for row in notifications), tuple(row["id"] for row in tasks_)
+    deletes = _chunk(instance, notification_ids, task_ids, chunk_rows)
+    removed = tx.execute_together(*((sql, params) for _, sql, params, _ in deletes))
     counts = jsontext.loads(instance["purge_counts"]) if instance["purge_counts"] else {}
-    for table, rows in chunk.removed.items():
-        counts[table] = counts.get(table, 0) + rows
-    if chunk.full:
+    more = len(notification_ids) >= chunk_rows or len(task_ids) >= chunk_rows
+    for (table, _, _, limited), rows in zip(deletes, removed):
+        if rows:
+            counts[table] = counts.get(table, 0) + rows
+        more = more or (limited and rows >= chunk_rows)
+    if more:
         tx.later(UPDATE_PURGE_COUNTS, (jsontext.compact(dict(sorted(counts.items()))), instance_id))
         return PURGING
     # Nothing of it is left (every statement above found fewer rows than it could take, under the

@@ -603,7 +603,7 @@ def lifecycle_statements(ids: dict) -> dict[str, tuple[str, object]]:
     from weave.sql import retention
 
     now, instance, namespace = ids["now"], ids["instance"], ids["namespace"]
-    activations, tasks_, few = (ids["activation"],), (ids["task"],), (1, 2, 3)
+    tasks_, few = (ids["task"],), (1, 2, 3)
     return {
         f"retention.{name}": (getattr(retention, name), params)
         for name, params in {
@@ -612,12 +612,11 @@ def lifecycle_statements(ids: dict) -> dict[str, tuple[str, object]]:
             "NO_CANDIDATES": (),
             "PURGEABLE_RANGE": (3, namespace, "SUCCEEDED", now, 25),
             "LOCK_ENDED_INSTANCE": (instance,),
-            "SELECT_ACTIVATION_IDS": (instance,),
-            "COUNT_LIVE_TASKS": (activations,),
+            "COUNT_LIVE_TASKS": (instance,),
             "SELECT_NOTIFICATION_IDS": (instance, 500),
             "DELETE_NOTIFICATION_ATTEMPTS": (few,),
             "DELETE_NOTIFICATIONS": (few,),
-            "SELECT_TASK_IDS": (activations, 500),
+            "SELECT_TASK_IDS": (instance, 500),
             "DELETE_INBOX_EVENTS": (tasks_,),
             "DELETE_TASKS": (tasks_,),
             "DELETE_CHECKPOINTS": (instance, 500),

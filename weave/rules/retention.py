@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-# The rows one purge transaction removes at most (a chunk): enough that a small instance goes in
+# The rows of each table one purge transaction removes at most (a chunk): enough that a small instance goes in
 # one transaction, few enough that its locks are held for milliseconds.
 CHUNK_ROWS = 500
 # The instance statuses nothing leaves: only these are ever purged (weave.rules.gate.TERMINAL).
