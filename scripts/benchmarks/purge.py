@@ -5,10 +5,11 @@ keeps up with what is accepted), and acceptance's p99 with a purge running besid
 from __future__ import annotations
 
 import json
+import threading
 import time
 
-from benchmarks.harness import NS, Bench, Http, count_of, percentile, report, run_threads, scanners
-from benchmarks.workload import SIGNAL_DEFINITION, http_sender, pending, signal_body, signal_run, waiting_workflows
+from benchmarks.harness import NS, Bench, Http, count_of, percentile, report, scanners
+from benchmarks.workload import SIGNAL_DEFINITION, http_sender, pending, signal_each, signal_run, waiting_workflows
 from weave.sql import retention
 
 PREFIX = "pur"
@@ -18,19 +19,7 @@ def ended_workflows(bench: Bench, count: int, clients: int) -> None:
     """`count` workflows `pur-{i}` of one SIGNAL step, started, signalled and consumed (SUCCEEDED):
     each holds its instance, activation, wait, signal, history events and checkpoints."""
     ids = waiting_workflows(bench, PREFIX, count, key_prefix="p")
-    senders: dict[int, Http] = {}
-    per_client = -(-count // clients)
-
-    def prepare(i: int) -> None:
-        senders[i] = Http(bench, bench.client_token)
-
-    def send(i: int) -> None:
-        for k in range(i * per_client, min(count, (i + 1) * per_client)):
-            senders[i].headers["Idempotency-Key"] = f"{PREFIX}-{k}"
-            status, _ = senders[i].post(f"/workflows/{ids[k]}/signals", signal_body(f"p-{k}"))
-            assert status == 201, status
-
-    run_threads(clients, send, prepare)
+    signal_each(bench, ids, PREFIX, clients, order_prefix="p")
     deadline = time.monotonic() + 300
     while pending(bench, PREFIX) or left(bench, "status <> 'SUCCEEDED'"):
         assert time.monotonic() < deadline, "the workflows did not end"
@@ -69,13 +58,20 @@ def run(bench: Bench, workflows: int, signals: int, clients: int = 8, instances:
         rate_alone, latencies_alone, _ = signal_run(bench, http_sender, instances, clients, per_client, "pa")
         retention.set_retention(bench.database, NS, 0)
         started = time.monotonic()
+        finished: list[float] = []
+
+        def watch() -> None:  # the purge's end, while the sends go on or after them
+            while left(bench) and time.monotonic() < started + 600:
+                time.sleep(0.02)
+            finished.append(time.monotonic())
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
         rate_during, latencies_during, _ = signal_run(bench, http_sender, instances, clients, per_client, "pd")
         still_purging = left(bench)  # workflows left when the measured sends ended
-        deadline = started + 600
-        while left(bench):
-            assert time.monotonic() < deadline, "the purge did not finish"
-            time.sleep(0.02)
-        seconds = time.monotonic() - started
+        watcher.join(600)
+        assert not left(bench), "the purge did not finish"
+        seconds = finished[0] - started
     finally:
         retention.set_retention(bench.database, NS, None)
         scanner.terminate()

@@ -197,20 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long ended instances and audit records are kept (L1); with no option, show it",
     )
     p.add_argument("namespace", type=_name)
-    kept = p.add_mutually_exclusive_group()
-    kept.add_argument(
-        "--days",
-        type=_retention_days,
-        help="purge instances that ended more than N days ago, with all their rows (0: at the next pass)",
-    )
-    kept.add_argument("--forever", action="store_true", help="keep ended instances forever (the default)")
-    audit_kept = p.add_mutually_exclusive_group()
-    audit_kept.add_argument(
-        "--audit-days",
-        type=_retention_days,
-        help="purge audit records older than M days, never sooner than the instances' retention",
-    )
-    audit_kept.add_argument("--audit-forever", action="store_true", help="keep audit records forever (the default)")
+    _kept_for(p, "--days", "--forever", "ended instances", "0: at the next pass")
+    _kept_for(p, "--audit-days", "--audit-forever", "audit records", "never fewer than --days")
     p.set_defaults(run=cmd_namespace_retention)
 
     queue = objects.add_parser("queue").add_subparsers(dest="action", required=True)
@@ -258,6 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
     cli_client.add_commands(commands)
     cli_definitions.add_commands(commands)
     return parser
+
+
+def _kept_for(p: argparse.ArgumentParser, days: str, forever: str, what: str, note: str) -> None:
+    """`days` N or `forever`, one or neither (neither: left as it is)."""
+    kept = p.add_mutually_exclusive_group()
+    kept.add_argument(days, type=_retention_days, help=f"purge {what} more than N days old ({note})")
+    kept.add_argument(forever, action="store_true", help=f"keep {what} forever (the default)")
 
 
 def _metrics_arguments(p: argparse.ArgumentParser, port_help: str) -> None:
