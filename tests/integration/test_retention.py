@@ -445,3 +445,16 @@ def test_L1_the_backlog_shows_the_purgeable_instances_and_the_purge_lag(ended, f
     purge_all(database)
     figures = database.read(backlog, count_due=True)
     assert figures["purgeable"] == {"acme": 0} and figures["purge_lag_seconds"] == 0.0
+
+
+def test_L1_a_signal_sent_between_two_chunks_goes_with_the_instance_and_one_after_finds_it_gone(ended, flow, database):
+    assert retention.purge_instance(database, ended, chunk_rows=2) == retention.PURGING
+    late = flow.send("w-1", "late-1", payment("o-w-1"))
+    assert late.status_code == 201 and late.json["status"] == "REJECTED", late.text
+    while retention.purge_instance(database, ended, chunk_rows=2) == retention.PURGING:
+        pass
+    assert rows_left(database, ended) == {}
+    assert not flow.rows("SELECT id FROM signals WHERE idempotency_key = 'late-1'")
+    gone = flow.send("w-1", "late-2", payment("o-w-1"))
+    assert gone.status_code == 404 and gone.json["code"] == "WORKFLOW_NOT_FOUND", gone.text
+    assert flow.rows("SELECT workflow_id FROM instances") == [{"workflow_id": "w-2"}]
