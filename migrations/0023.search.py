@@ -14,7 +14,7 @@ Re-runnable: indexes are added only when missing; the rollback drops them.
 
 from weave.migration_steps import change_indexes
 
-__depends__ = {"0021.notifications"}
+__depends__ = {"0022.retention"}
 
 steps = [
     change_indexes(

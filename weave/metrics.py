@@ -195,6 +195,9 @@ NOTIFICATIONS = Counter(
     " disabled or deleted: not sent)",
     ["event", "outcome"],
 )
+PURGED_INSTANCES = Counter(
+    "weave_purged_instances_total", "Ended instances purged past their namespace's retention, with all their rows (L1)"
+)
 
 # ---- read from the database at scrape time --------------------------------------------------------------
 
@@ -202,6 +205,7 @@ LAG = "weave_scanner_lag_seconds"
 NEEDS_REVIEW = "weave_workflows_needs_review"
 OLDEST_UNDELIVERED = "weave_notifications_oldest_undelivered_seconds"
 FAILING_SUBSCRIPTIONS = "weave_notify_subscriptions_failing"
+PURGE_LAG = "weave_purge_lag_seconds"
 BACKLOG_MAX_AGE_SECONDS = 1.0  # the lag is alerted on after a minute; a second older costs nothing
 
 
@@ -257,6 +261,12 @@ class Backlog:
             lag.add_metric([source], seconds)
         yield lag
         yield GaugeMetricFamily(NEEDS_REVIEW, "Workflows in NEEDS_REVIEW", value=sum(figures["needs_review"].values()))
+        if "purge_lag_seconds" in figures:
+            yield GaugeMetricFamily(
+                PURGE_LAG,
+                "Seconds since the retention of the oldest ended instance still stored passed (0: none is past it)",
+                value=figures["purge_lag_seconds"],
+            )
         notifications = figures.get("notifications")
         if notifications is None:
             return

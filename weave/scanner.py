@@ -48,7 +48,19 @@ from weave.config import DEFAULT_SCAN_BATCH_SIZE, DEFAULT_SCAN_IDLE_SECONDS
 from weave.db import Database
 from weave.delivery import Deliveries
 from weave.rules import sharing
-from weave.sql import backoff, checkpoints, engine, inbox, instances, outbox, routing, scanners, signals, tasks
+from weave.sql import (
+    backoff,
+    checkpoints,
+    engine,
+    inbox,
+    instances,
+    outbox,
+    retention,
+    routing,
+    scanners,
+    signals,
+    tasks,
+)
 from weave.tx import Tx
 
 log = logging.getLogger("weave.scanner")
@@ -83,10 +95,16 @@ class CandidateSource:
     tally: str = "done"
     # () -> how many candidates it can take now (its listing's limit); None: as many as the batch
     capacity: Callable[[], int] | None = None
+    # Counters of particular decisions, besides `decisions`: (decision, counter) pairs.
+    counts: tuple[tuple[str, Counter], ...] = ()
+    # A read the listing needs first (in the batch's read, one round trip before the listings):
+    # its answer is the listing's third argument.
+    prepare: Callable[[Tx], object] | None = None
 
     def due(self, tx: Tx, limit: int) -> list[dict]:
         """Up to `limit` candidates due now, oldest first."""
-        return tx.all(*self.listing(tx.now(), limit))
+        first = (self.prepare(tx),) if self.prepare else ()
+        return tx.all(*self.listing(tx.now(), limit, *first))
 
 
 # P4: a RUNNING task whose lease passed is re-queued or settled. Its row is the task's own, with
@@ -115,7 +133,28 @@ SOURCES = (
         routing.count_parked_expiry_due,
     ),
 )
-SCANNED = (LEASE_EXPIRY, *SOURCES)  # what a scanner lists; an expired lease goes first among equals
+# Data lifecycle (L1, L3): what ended and is past its namespace's retention goes, a chunk per
+# transaction; each lists at most `retention.PER_BATCH` candidates a batch, so that a backlog
+# (due days ago, sorted first) leaves the batch to the workflows' progress.
+LIFECYCLE = (
+    CandidateSource(
+        "purge",
+        retention.listing_purgeable,
+        retention.purge_instance,
+        None,
+        counts=((retention.PURGED, metrics.PURGED_INSTANCES),),
+        prepare=retention.purgeable_ranges,
+    ),
+    CandidateSource("fact_purge", retention.listing_purgeable_facts, retention.purge_facts, None),
+    CandidateSource(
+        "audit_sweep",
+        retention.listing_audit_sweeps,
+        retention.sweep_audit,
+        None,
+        prepare=retention.swept_namespaces,
+    ),
+)
+SCANNED = (LEASE_EXPIRY, *SOURCES, *LIFECYCLE)  # what a scanner lists; an expired lease goes first among equals
 
 
 def notification_source(deliveries: Deliveries) -> CandidateSource:
@@ -134,7 +173,9 @@ def backlog(tx: Tx, count_due: bool = False) -> dict:
     """What waits for the scanners, read from the database: `lag_seconds`, the age of each
     source's oldest due candidate (0 when none is due), as the source's own candidate query finds
     it; `needs_review`, the instances waiting for an operator by namespace; with `count_due`, the
-    number of due candidates of each source (a count over the index range: for one-off checks)."""
+    number of due candidates of each source (a count over the index range: for one-off checks);
+    `purge_lag_seconds`, how long ago the retention of the oldest instance still stored passed
+    (L1), and with `count_due`, `purgeable`, the instances past their retention by namespace."""
     now = tx.now()
     lag = {}
     for source in SOURCES:
@@ -144,9 +185,11 @@ def backlog(tx: Tx, count_due: bool = False) -> dict:
         "lag_seconds": lag,
         "needs_review": instances.needs_review_by_namespace(tx),
         "notifications": outbox.health(tx),
+        "purge_lag_seconds": retention.purge_lag(tx),
     }
     if count_due:
         figures["due"] = {source.name: source.count_due(tx) for source in SOURCES}
+        figures["purgeable"] = retention.purgeable_by_namespace(tx)
     return figures
 
 
@@ -268,7 +311,9 @@ class Scanner:
                 members = (scanners.listing_live(now - sharing.LIVE),)
             limits = [limit if source.capacity is None else min(limit, source.capacity()) for source in self.sources]
             listing = [(source, n) for source, n in zip(self.sources, limits) if n > 0]
-            answers = tx.all_together(*members, *(source.listing(now, n) for source, n in listing))
+            prepared = [(source.prepare(tx),) if source.prepare else () for source, _ in listing]
+            listings = (source.listing(now, n, *first) for (source, n), first in zip(listing, prepared))
+            answers = tx.all_together(*members, *listings)
             live = {row["id"]: row["heartbeat_at"] for row in answers.pop(0)} if members else None
             listed = [Candidate.listed(source, row) for (source, _), rows in zip(listing, answers) for row in rows]
             return now, live, listed
@@ -320,6 +365,9 @@ class Scanner:
             self.skips(source.name).inc()
             return "skipped", None
         self.decisions[source.decisions](decision).inc()
+        for kind, counter in source.counts:
+            if decision == kind:
+                counter.inc()
         return "done", decision
 
     def run_once(self, stop: threading.Event | None = None) -> BatchReport:

@@ -129,6 +129,16 @@ class Tx:
                 rows.append(list(self.cursor.fetchall()))
         return rows
 
+    def execute_together(self, *writes: tuple[str, tuple | dict]) -> list[int]:
+        """Run several (sql, params) writes in order in one round trip (after the queued writes);
+        the matched row count of each. For writes whose counts the unit reads but whose
+        parameters need nothing from one another's answers (a purge's deletes)."""
+        self.decided = True
+        statements = self._take_queued()
+        first = len(statements)
+        statements += [(self.cursor.mogrify(sql, params), None) for sql, params in writes]
+        return [self.cursor.rowcount for index in self._answers(statements) if index >= first]
+
     def transition(self, sql: str, params: tuple | dict, what: str) -> None:
         """Queue a guarded single-row state change that must match exactly one row, else
         `TransitionFailed` naming `what` is raised when its answer arrives, with the next statement

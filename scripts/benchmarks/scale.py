@@ -19,11 +19,10 @@ from benchmarks.harness import (
     cpu_seconds,
     prepared,
     report,
-    run_threads,
     scanners,
     serving,
 )
-from benchmarks.workload import SIGNAL_DEFINITION, http_sender, signal_body, signal_run, timed_sends, waiting_workflows
+from benchmarks.workload import SIGNAL_DEFINITION, http_sender, signal_each, signal_run, timed_sends, waiting_workflows
 from weave.db import connect
 
 SCALE_BASE = 10_000  # stored signals of the reference figures
@@ -296,19 +295,7 @@ def _consumption_cost(bench: Bench, prefix: str, count: int, clients: int = 8) -
             time.sleep(0.1)
         os.kill(scanner.pid, signal.SIGSTOP)
         try:
-            senders: dict[int, Http] = {}
-            per_client = -(-count // clients)
-
-            def prepare(i: int) -> None:
-                senders[i] = Http(bench, bench.client_token)
-
-            def send(i: int) -> None:
-                for k in range(i * per_client, min(count, (i + 1) * per_client)):
-                    senders[i].headers["Idempotency-Key"] = f"{prefix}-{k}"
-                    status, _ = senders[i].post(f"/workflows/{ids[k]}/signals", signal_body(f"o-{k}"))
-                    assert status == 201, status
-
-            run_threads(clients, send, prepare)
+            signal_each(bench, ids, prefix, clients)
         finally:
             before = cpu_seconds(scanner.pid), cpu_seconds(bench.database_pid), _pool_reads(bench)
             os.kill(scanner.pid, signal.SIGCONT)

@@ -130,6 +130,24 @@ def waiting_workflows(bench: Bench, prefix: str, count: int, key_prefix: str = "
     return ids
 
 
+def signal_each(bench: Bench, ids: list[str], prefix: str, clients: int, order_prefix: str = "o") -> float:
+    """One signal to each workflow of `ids` (the order id `{order_prefix}-{i}` its wait froze, the
+    idempotency key `{prefix}-{i}`), sent by `clients` clients; the seconds it took."""
+    senders: dict[int, Http] = {}
+    per_client = -(-len(ids) // clients)
+
+    def prepare(i: int) -> None:
+        senders[i] = Http(bench, bench.client_token)
+
+    def send(i: int) -> None:
+        for k in range(i * per_client, min(len(ids), (i + 1) * per_client)):
+            senders[i].headers["Idempotency-Key"] = f"{prefix}-{k}"
+            status, _ = senders[i].post(f"/workflows/{ids[k]}/signals", signal_body(f"{order_prefix}-{k}"))
+            assert status == 201, status
+
+    return run_threads(clients, send, prepare)
+
+
 def pending(bench: Bench, prefix: str) -> int:
     return count_of(
         bench, "SELECT COUNT(*) AS n FROM signals WHERE status = 'PENDING' AND idempotency_key LIKE %s", f"{prefix}-%"

@@ -560,3 +560,48 @@ def test_issue_28_14_a_bare_weave_prints_the_help_on_stdout_and_exits_0(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["frobnicate"])
     assert exited.value.code == 2 and "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+def test_L1_admin_namespace_retention_sets_shows_and_clears_the_retentions(env_url, capsys, tenant, database):
+    shown = run_json(capsys, "admin", "namespace", "retention", "acme", "--days", "7", "--audit-days", "3")
+    assert shown == {
+        "namespace": "acme",
+        "retention_days": 7,
+        "audit_retention_days": 3,
+        "effective_audit_days": 7,  # never fewer than the instances' retention
+    }
+    assert run_json(capsys, "admin", "namespace", "retention", "acme") == shown  # no option: shows it
+    cleared = run_json(capsys, "admin", "namespace", "retention", "acme", "--forever")
+    assert (cleared["retention_days"], cleared["audit_retention_days"], cleared["effective_audit_days"]) == (
+        None,
+        3,
+        None,
+    )
+    assert main(["admin", "namespace", "retention", "acme", "--days", "0", "--audit-forever"]) == 0
+    assert capsys.readouterr().out.strip() == "acme: ended instances kept 0 day(s), audit records forever"
+    for wrong in (["--days", "-1"], ["--days", "36501"], ["--days", "1", "--forever"], ["--audit-days", "x"]):
+        with pytest.raises(SystemExit):
+            main(["admin", "namespace", "retention", "acme", *wrong])
+    assert main(["admin", "namespace", "retention", "nowhere", "--days", "1"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    records = database.run(lambda tx: tx.all("SELECT action FROM audit_records WHERE action = 'namespace.retention'"))
+    assert len(records) == 3  # each change, not the show
+
+
+def test_L1_admin_stats_prints_the_purgeable_backlog(env_url, capsys, flow, database, clock):
+    from helpers import task_steps, use_real_time
+
+    from weave.sql import retention
+
+    use_real_time(database, clock)  # the command reads the database's clock
+    flow.publish(task_steps("a"))
+    flow.start("w-1")
+    flow.scan()
+    flow.finish_task()
+    retention.set_retention(database, "acme", 0)
+    stats = run_json(capsys, "admin", "stats")
+    assert stats["purgeable"] == {"acme": 1} and stats["purge_lag_seconds"] >= 0
+    assert main(["admin", "stats"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert "purgeable in acme: 1" in text
+    assert text[-1].startswith("purge: the oldest purgeable instance is ")

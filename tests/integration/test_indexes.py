@@ -366,8 +366,19 @@ def crowded(tenant, database):
             "INSERT INTO console_sessions (session_sha256, credential_id, created_at, expires_at) VALUES (%s, %s, %s, %s)",
             [(n.to_bytes(32, "big"), 1, now, now + timedelta(minutes=n)) for n in range(200)],
         )
+        # the outbox (migration 0021): a delivered notification of every instance, with one attempt
         tx.execute(
-            "ANALYZE TABLE console_sessions, instances, step_activations, waits, tasks, inbox_events, checkpoints, signals, events,"
+            "INSERT INTO notifications (subscription_id, namespace_id, instance_id, event_type, webhook_id,"
+            " occurred_at, body, status, attempts) SELECT 1, namespace_id, id, 'workflow.succeeded',"
+            " CONCAT('msg_', id), %s, '{}', 'DELIVERED', 1 FROM instances",
+            (now,),
+        )
+        tx.execute(
+            "INSERT INTO notification_attempts (notification_id, attempted_at, http_status, duration_ms)"
+            " SELECT id, occurred_at, 200, 3 FROM notifications"
+        )
+        tx.execute(
+            "ANALYZE TABLE notifications, notification_attempts, console_sessions, instances, step_activations, waits, tasks, inbox_events, checkpoints, signals, events,"
             " audit_records, signal_quota_windows, credentials, queues, definitions"
         )
         instance_id = instances_[500]  # a running one
@@ -616,7 +627,56 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
     statements["scanners.LIVE_MEMBERS"] = (scanners.LIVE_MEMBERS, (now,))
     statements["scanners.FORGET_DEAD"] = (scanners.FORGET_DEAD, (now,))
     statements["scanners.LEAVE"] = (scanners.LEAVE, (1,))
+    statements.update(lifecycle_statements(ids))
     return statements
+
+
+def lifecycle_statements(ids: dict) -> dict[str, tuple[str, object]]:
+    """Retention and purge (L1, L3): the three sources' listings, each chunk's reads and deletes
+    (by the instance's keys, a page of ids at most), the audit sweep, the backlog's reads."""
+    from weave.sql import retention
+
+    now, instance, namespace = ids["now"], ids["instance"], ids["namespace"]
+    tasks_, few = (ids["task"],), (1, 2, 3)
+    return {
+        f"retention.{name}": (getattr(retention, name), params)
+        for name, params in {
+            "LOCK_NAMESPACE_RETENTION": ("acme",),
+            "UPDATE_RETENTION": (3, None, namespace),
+            "NO_CANDIDATES": (),
+            "PURGEABLE_RANGE": (3, namespace, "SUCCEEDED", now, 25),
+            "LOCK_ENDED_INSTANCE": (instance,),
+            "COUNT_LIVE_TASKS": (instance,),
+            "SELECT_NOTIFICATION_IDS": (instance, 500),
+            "DELETE_NOTIFICATION_ATTEMPTS": (few,),
+            "DELETE_NOTIFICATIONS": (few,),
+            "SELECT_TASK_IDS": (instance, 500),
+            "DELETE_INBOX_EVENTS": (tasks_,),
+            "DELETE_TASKS": (tasks_,),
+            "DELETE_CHECKPOINTS": (instance, 500),
+            "DELETE_WAITS": (instance, 500),
+            "DELETE_SIGNALS": (instance, 500),
+            "DELETE_EVENTS": (instance, 500),
+            "DELETE_ACTIVATIONS": (instance, 500),
+            "DELETE_SWEPT_AUDIT": (instance, 10, 500),
+            "UPDATE_PURGE_COUNTS": ("{}", instance),
+            "DELETE_INSTANCE": (instance, "SUCCEEDED"),
+            "PURGEABLE_FACT_HEADS": (now, 25),
+            "SELECT_FACT_RANGE": (ids["signal"],),
+            "LOCK_FACT_RUN": (namespace, "EXPIRED", 500),
+            "DELETE_FACTS": (few, "EXPIRED"),
+            "AUDIT_SWEPT_NAMESPACES": (),
+            "NEXT_UNSWEPT": (namespace, 3, 10, now),
+            "LOCK_SWEEP": (namespace,),
+            "SELECT_AUDIT_AFTER": (0, 500),
+            "SELECT_KEPT_INSTANCES": (few,),
+            "SELECT_PARKED_FACTS": (few,),
+            "DELETE_AUDIT_RECORDS": (few,),
+            "ADVANCE_AUDIT_SWEEP": (10, namespace),
+            "OLDEST_ENDED": (),
+            "COUNT_PURGEABLE": (now,),
+        }.items()
+    }
 
 
 # Statements that no request or scanner batch runs: operators' commands (namespaces, queues,
@@ -717,6 +777,12 @@ EXPECTED_KEYS = {
     "timeline.EVENTS_BEFORE": ("events", "uq_events_instance_seq"),
     "instances.IDS_BY_PREFIX": ("instances", "uq_instances_workflow"),
     "instances.SELECT_SEARCH_PAGE": ("i", "PRIMARY"),
+    # L1: the ended instances of a namespace past its retention, a range of the index built for it
+    "retention.PURGEABLE_RANGE": ("instances", "ix_instances_ended"),
+    "retention.COUNT_PURGEABLE": ("i", "ix_instances_ended"),
+    "retention.PURGEABLE_FACT_HEADS": ("f", "ix_signals_unrouted"),
+    "retention.LOCK_FACT_RUN": ("signals", "ix_signals_unrouted"),
+    "retention.NEXT_UNSWEPT": ("audit_records", "PRIMARY"),
 }
 EXPORT_OF_INSTANCE = ("SELECT_ACTIVATION_IDS", "SELECT_ACTIVATIONS", "SELECT_WAITS", "SELECT_SIGNALS")
 EXPORT_OF_INSTANCE += ("SELECT_EVENTS", "SELECT_AUDIT", "SELECT_AUDIT_OF_PARKED", "SELECT_CHECKPOINTS")
@@ -744,6 +810,10 @@ INDEX_ONLY = (
 INDEX_ONLY += ("timeline.ROUND_IDS_BEFORE", "timeline.COUNT_ROUNDS_BEFORE")
 # One row per namespace by design (the metrics' review gauge): each reads its count from an index.
 WHOLE_BY_DESIGN = {("instances.NEEDS_REVIEW_BY_NAMESPACE", "n")}
+# The purge sources go through the namespaces (a few rows), then one index range of each.
+WHOLE_BY_DESIGN |= {
+    (f"retention.{name}", "n") for name in ("PURGEABLE_FACT_HEADS", "OLDEST_ENDED", "COUNT_PURGEABLE")
+} | {("retention.AUDIT_SWEPT_NAMESPACES", "namespaces")}
 # One row per running scanner process: read whole by each listing, swept whole by each join.
 WHOLE_BY_DESIGN |= {("scanners.LIVE_MEMBERS", "scanner_processes"), ("scanners.FORGET_DEAD", "scanner_processes")}
 
@@ -1095,3 +1165,33 @@ def test_N1_N3_notification_statements_read_through_their_indexes(tenant, other_
     # the page without a status is the same range
     plan = explain(database, notifications.SELECT_DELIVERY_PAGE, page | {"status": None})
     assert ("n", "ix_notifications_subscription") in keys_used(plan) and full_scans(plan) == []
+
+
+def test_L1_the_purge_listing_reads_as_many_index_entries_as_it_lists_however_many_instances_are_kept(
+    crowded, database, clock
+):
+    """The purge's candidates: one index dive per (namespace, ended status) for the oldest end, then
+    a range of `ix_instances_ended` in order, stopped at the limit. With 900 ended instances kept
+    (not yet past retention) the listing reads none of them; with all past it, 25 per range."""
+    from weave.sql import retention
+
+    def handler_reads(tx):
+        tx.execute("FLUSH STATUS")
+        ranges = retention.purgeable_ranges(tx)
+        listed = tx.all(*retention.listing_purgeable(tx.now(), 100, ranges))
+        status = {
+            row["Variable_name"]: int(row["Value"]) for row in tx.all("SHOW SESSION STATUS LIKE 'Handler_read%%'")
+        }
+        return ranges, listed, status["Handler_read_next"] + status["Handler_read_prev"]
+
+    namespace = crowded["namespace"]
+    database.run(lambda tx: tx.execute("UPDATE namespaces SET retention_days = 30 WHERE id = %s", (namespace,)))
+    ranges, listed, read = database.run(handler_reads)
+    assert (ranges, listed) == ([], []) and read <= 3, read  # kept: the three dives read no range
+    database.run(lambda tx: tx.execute("UPDATE namespaces SET retention_days = 0 WHERE id = %s", (namespace,)))
+    ranges, listed, read = database.run(handler_reads)
+    assert [r.status for r in ranges] == ["SUCCEEDED"] and len(listed) == retention.PER_BATCH
+    assert read <= retention.PER_BATCH + 3, read  # not the 900 SUCCEEDED instances of the range
+    plan = explain(database, *retention.listing_purgeable(crowded["now"], 100, ranges))
+    assert {(row["key"], row["type"]) for row in plan} == {("ix_instances_ended", "range")}, plan
+    assert all("filesort" not in (row["Extra"] or "") for row in plan), plan

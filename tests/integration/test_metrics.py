@@ -351,6 +351,27 @@ def test_workflows_in_review_are_counted_by_namespace(flow, database, other_tena
     assert value(scrape(flow.client), "weave_workflows_needs_review") == 2
 
 
+def test_L1_purged_instances_are_counted_and_the_purge_lag_is_the_age_past_retention(flow, database, clock):
+    """weave_purge_lag_seconds: how long ago the retention of the oldest ended instance still stored
+    passed; weave_purged_instances_total: the instances a purge removed."""
+    from test_retention import signal_instance
+
+    from weave.scanner import LIFECYCLE
+    from weave.sql import retention
+
+    flow.publish(signal_flow_definition())
+    signal_instance(flow, "w-1")
+    retention.set_retention(database, "acme", 1)
+    assert database.read(backlog)["purge_lag_seconds"] == 0.0
+    clock.advance(30, days=1)
+    before = scrape(flow.client)
+    assert value(before, "weave_purge_lag_seconds") == 30.0
+    Scanner(database, sources=LIFECYCLE).run_once()
+    after = scrape(flow.client)
+    assert value(after, "weave_purged_instances_total") == value(before, "weave_purged_instances_total") + 1
+    assert database.read(backlog)["purge_lag_seconds"] == 0.0
+
+
 def test_a_database_that_does_not_answer_leaves_the_backlog_out_of_the_scrape():
     def unreachable():
         raise ConnectionRefusedError

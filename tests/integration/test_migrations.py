@@ -47,6 +47,7 @@ SHIPPED = [
     "0019.inbound",
     "0020.scanner_processes",
     "0021.notifications",
+    "0022.retention",
     "0023.search",
 ]
 

@@ -27,6 +27,7 @@ from benchmarks import (  # noqa: E402
     latency,
     peers,
     pulse,
+    purge,
     routing,
     scale,
     sdk,
@@ -248,3 +249,12 @@ def test_against_serves_the_revision_s_code_not_this_checkout_s(monkeypatch):
         harness.require_imported_from(tree, {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"})
         with pytest.raises(RuntimeError, match="the reference would run"):
             harness.require_imported_from(tree, {"PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+def test_L1_the_purge_section_runs_on_tiny_sizes():
+    with harness.running_weave(threads=4) as running:
+        rows = purge.run(running, 6, 16, clients=2, instances=4)
+    throughput, p99 = rows
+    assert throughput["weave"] > 0 and throughput["baseline"] > 0 and throughput["rows"] >= 6 * 5
+    assert p99["weave"] > 0 and p99["baseline"] > 0

@@ -27,6 +27,7 @@ from weave.cli.admin import (
     cmd_credential_revoke,
     cmd_migrate,
     cmd_namespace_create,
+    cmd_namespace_retention,
     cmd_queue_create,
     cmd_stats,
 )
@@ -43,6 +44,7 @@ from weave.cli.args import (
     _port,
     _positive,
     _resolve_database_url,
+    _retention_days,
     _scan_threads,
     _signals_per_minute,
 )
@@ -195,6 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = ns.add_parser("create", parents=leaf)
     p.add_argument("namespace", type=_name)
     p.set_defaults(run=cmd_namespace_create)
+    p = ns.add_parser(
+        "retention",
+        parents=leaf,
+        help="how long ended instances and audit records are kept (L1); with no option, show it",
+    )
+    p.add_argument("namespace", type=_name)
+    _kept_for(p, "--days", "--forever", "ended instances", "0: at the next pass")
+    _kept_for(p, "--audit-days", "--audit-forever", "audit records", "never fewer than --days")
+    p.set_defaults(run=cmd_namespace_retention)
 
     queue = objects.add_parser("queue").add_subparsers(dest="action", required=True)
     p = queue.add_parser("create", parents=leaf)
@@ -242,6 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     cli_client.add_commands(commands)
     cli_definitions.add_commands(commands)
     return parser
+
+
+def _kept_for(p: argparse.ArgumentParser, days: str, forever: str, what: str, note: str) -> None:
+    """`days` N or `forever`, one or neither (neither: left as it is)."""
+    kept = p.add_mutually_exclusive_group()
+    kept.add_argument(days, type=_retention_days, help=f"purge {what} more than N days old ({note})")
+    kept.add_argument(forever, action="store_true", help=f"keep {what} forever (the default)")
 
 
 def _metrics_arguments(p: argparse.ArgumentParser, port_help: str) -> None:

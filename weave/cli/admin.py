@@ -6,7 +6,7 @@ from weave import auth, migrate
 from weave.cli.args import _print
 from weave.db import Database
 from weave.scanner import backlog
-from weave.sql import tenancy
+from weave.sql import retention, tenancy
 
 
 def cmd_migrate(args) -> int:
@@ -25,6 +25,8 @@ def cmd_stats(args) -> int:
         for source, lag in figures["lag_seconds"].items()
     ]
     lines += [f"needs review in {namespace}: {count}" for namespace, count in figures["needs_review"].items()]
+    lines += [f"purgeable in {namespace}: {count}" for namespace, count in figures["purgeable"].items()]
+    lines.append(f"purge: the oldest purgeable instance is {figures['purge_lag_seconds']:.1f} s past its retention")
     notifications = figures["notifications"]
     lines.append(
         f"notifications: the oldest undelivered for {notifications['oldest_undelivered_seconds']:.1f} s, "
@@ -37,6 +39,22 @@ def cmd_stats(args) -> int:
 def cmd_namespace_create(args) -> int:
     result = tenancy.create_namespace(Database(args.database_url), args.namespace)
     _print(args, result, f"created namespace {args.namespace}")
+    return 0
+
+
+def _kept(days: int | None) -> str:
+    return "forever" if days is None else f"{days} day(s)"
+
+
+def cmd_namespace_retention(args) -> int:
+    days = None if args.forever else retention.UNCHANGED if args.days is None else args.days
+    audit_days = None if args.audit_forever else retention.UNCHANGED if args.audit_days is None else args.audit_days
+    result = retention.set_retention(Database(args.database_url), args.namespace, days, audit_days)
+    text = (
+        f"{args.namespace}: ended instances kept {_kept(result['retention_days'])}, "
+        f"audit records {_kept(result['effective_audit_days'])}"
+    )
+    _print(args, result, text)
     return 0
 
 

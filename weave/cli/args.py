@@ -27,6 +27,7 @@ MAX_SIGNALS_PER_MINUTE = 2**32 - 1  # applications.signals_per_minute is INT UNS
 MAX_EXPIRES_IN_SECONDS = 10 * 365 * 86_400  # ten years; expires_at stays far inside DATETIME
 MAX_ID = 2**64 - 1  # BIGINT UNSIGNED keys
 MAX_IDLE_SECONDS = 3600
+MAX_RETENTION_DAYS = 36_500  # weave.rules.retention.MAX_DAYS: beyond a century, say --forever
 SHOWN_CHARS = 40
 
 
@@ -64,6 +65,7 @@ _credential_id = _integer(1, MAX_ID)
 _permits = _integer(1, MAX_PERMITS)
 _signals_per_minute = _integer(0, MAX_SIGNALS_PER_MINUTE)
 _expires_in = _integer(1, MAX_EXPIRES_IN_SECONDS, " seconds (ten years)")
+_retention_days = _integer(0, MAX_RETENTION_DAYS, " days")
 
 
 def _idle_seconds(text: str) -> float:

@@ -1,0 +1,52 @@
+"""Retention (L1, L3): how long a namespace keeps what ended, and what a purge pass may take.
+
+A namespace keeps its ended instances and its settled facts of no instance `retention_days` after
+they ended (0: until the next pass; None: forever), and its audit records
+`audit_retention_days`, but never fewer days than the instances they tell of: the effective audit
+retention is the larger of the two, and forever when either is forever (an instance kept forever
+keeps the records of it).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+# The rows of each table one purge transaction removes at most (a chunk): enough that a small instance goes in
+# one transaction, few enough that its locks are held for milliseconds.
+CHUNK_ROWS = 500
+# The instance statuses nothing leaves: only these are ever purged (weave.rules.gate.TERMINAL).
+ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
+# The facts of no instance that are settled for good (§14): a PARKED one may still be taken.
+SETTLED_FACTS = ("EXPIRED", "REJECTED")
+MAX_DAYS = 36_500  # a hundred years: beyond it, say forever
+
+
+def audit_days(retention_days: int | None, audit_retention_days: int | None) -> int | None:
+    """The days audit records are kept in fact: max(M, N); None (forever) when either is None."""
+    if retention_days is None or audit_retention_days is None:
+        return None
+    return max(retention_days, audit_retention_days)
+
+
+def cutoff(now: datetime, days: int) -> datetime:
+    """What ended at or before this time is past a retention of `days`."""
+    return now - timedelta(days=days)
+
+
+def retention_ends(ended_at: datetime, days: int) -> datetime:
+    """When what ended at `ended_at` is past a retention of `days`."""
+    return ended_at + timedelta(days=days)
+
+
+def past_retention(ended_at: datetime, days: int | None, now: datetime) -> bool:
+    return days is not None and ended_at <= cutoff(now, days)
+
+
+def leading_past(times: list[datetime], limit: datetime) -> int:
+    """How many of `times`, in the order of their ids, come before the first one after `limit`:
+    a pass takes facts and audit records in id order and stops at the first one it must keep, so
+    that its cursor never passes over one (ids grow with time, nearly: the first kept is the end)."""
+    for index, when in enumerate(times):
+        if when > limit:
+            return index
+    return len(times)
