@@ -51,7 +51,7 @@ SELECT_INSTANCE = """
 SELECT i.id, i.namespace_id, n.name AS namespace, i.workflow_id, i.definition_id, d.name AS definition,
        d.version AS definition_version, d.digest AS definition_digest, d.document AS definition_document,
        i.application_id, i.input, i.request_digest, i.status, i.gate, i.review_reason, i.deadline_at,
-       i.created_at, i.updated_at, i.version, i.signals_stored
+       i.created_at, i.updated_at, i.version, i.signals_stored, i.purge_counts
 FROM instances i
 JOIN definitions d ON d.id = i.definition_id
 JOIN namespaces n ON n.id = i.namespace_id
