@@ -275,8 +275,8 @@ def send_signals(tx: Tx, principal: Principal, sends: list[tuple[str, SignalRequ
     that they and the transaction's time are read with every lock held. A concurrent twin's key, a deadlock
     or a lost COMMIT re-runs the whole unit (`unit_of_work`): a COMMIT that had landed answers
     every item of it as a replay, as a single send after a lost COMMIT does."""
-    found = tx.all_together(
-        *[(SELECT_TARGET_INSTANCE_AND_KEY, (r.idempotency_key, principal.namespace_id, w)) for w, r in sends]
+    found = tx.all_of_each(
+        SELECT_TARGET_INSTANCE_AND_KEY, [(r.idempotency_key, principal.namespace_id, w) for w, r in sends]
     )
     outcomes: list[Receipt | WeaveError | None] = [None] * len(sends)
     to_lock: dict[int, tuple[int, list[str]]] = {}  # item index -> (instance id, queues), in item order
@@ -306,8 +306,8 @@ def send_signals(tx: Tx, principal: Principal, sends: list[tuple[str, SignalRequ
     for index, (instance_id, _) in to_lock.items():
         request = sends[index][1]
         step = request.fields["target_step_key"]
-        reads.append((FACTS_UNDER_LOCK, {"instance": instance_id, "key": request.idempotency_key, "step": step}))
-    facts = tx.all_together(*reads)
+        reads.append({"instance": instance_id, "key": request.idempotency_key, "step": step})
+    facts = tx.all_of_each(FACTS_UNDER_LOCK, reads)
     stored_by_run: dict[int, int] = {}
     planned: dict[int, Planned] = {}  # item index -> its acceptance, its row not inserted yet
     for (index, (instance_id, _)), (known,) in zip(to_lock.items(), facts):

@@ -90,12 +90,12 @@ class Tx:
         It must need none of the unit's locks to be right on its own."""
         self._afterwards.append((self.cursor.mogrify(sql, params), expect_one))
 
-    def one(self, sql: str, params: tuple | dict = ()) -> dict | None:
+    def one(self, sql: str, params: tuple | dict | None = ()) -> dict | None:
         self._note_write(sql)
         self._send(sql, params)
         return self.cursor.fetchone()
 
-    def all(self, sql: str, params: tuple | dict = ()) -> list[dict]:
+    def all(self, sql: str, params: tuple | dict | None = ()) -> list[dict]:
         self._note_write(sql)
         self._send(sql, params)
         return list(self.cursor.fetchall())
@@ -121,6 +121,24 @@ class Tx:
         for index in self._answers(statements):
             if index >= first:
                 rows.append(list(self.cursor.fetchall()))
+        return rows
+
+    def all_of_each(self, sql: str, each: list[tuple | dict]) -> list[list[dict]]:
+        """The rows of the read `sql` (one SELECT) for each parameters of `each`, in one statement
+        (`(SELECT 0 AS of_each, …) UNION ALL (SELECT 1 AS of_each, …)`) sent after the queued
+        writes: one result set, where `all_together` would read one per parameters, each with its
+        column descriptions (PyMySQL's parsing of those was a third of a batch's API CPU)."""
+        keyword, rest = sql.lstrip().split(None, 1)
+        if keyword.upper() != "SELECT":
+            raise ValueError("all_of_each takes one SELECT")
+        rows: list[list[dict]] = [[] for _ in each]
+        if not each:
+            return rows
+        union = " UNION ALL ".join(
+            f"(SELECT {index} AS of_each, {self.cursor.mogrify(rest, params)})" for index, params in enumerate(each)
+        )
+        for row in self.all(union, None):
+            rows[row.pop("of_each")].append(row)
         return rows
 
     def transition(self, sql: str, params: tuple | dict, what: str) -> None:
@@ -200,7 +218,7 @@ class Tx:
         afterwards = [(text, None) for text, _ in self._afterwards]
         self._round_trip([("ROLLBACK", None), *afterwards, ("COMMIT", None)] if afterwards else [("ROLLBACK", None)])
 
-    def _send(self, sql: str, params: tuple | dict) -> int:
+    def _send(self, sql: str, params: tuple | dict | None) -> int:
         """Run one statement after the queued writes, in one round trip; its matched row count (its
         rows, its insert id) are the cursor's afterwards."""
         if not self._queued:
