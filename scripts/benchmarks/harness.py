@@ -128,7 +128,7 @@ def serving(env: dict, threads: int, processes: int):
     port = free_port()
     serve = weave_command(env, "serve", "--port", str(port), "--threads", str(threads), "--processes", str(processes))
     try:
-        _wait_http(port)
+        wait_http(port)
         yield f"http://127.0.0.1:{port}", serve.pid
     finally:
         serve.terminate()
@@ -150,7 +150,8 @@ def revision_tree(ref: str):
         yield tree
 
 
-def _wait_http(port: int) -> None:
+def wait_http(port: int) -> None:
+    """Until a server on `port` answers GET /healthz with 200 (30 s at most)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:

@@ -6,6 +6,8 @@
     scripts/bench --only peer                        (signal acceptance beside DBOS Transact's `send`)
     scripts/bench --only batches                     (batches of 100 beside single signals and DBOS `send`)
     scripts/bench --only sdk                         (the SDK's kept-alive connection beside one per call)
+    scripts/bench --only stack                       (single signals beside the HTTP stack floor: API CPU)
+    scripts/bench --only flat                        (batches of 100 at a million stored signals beside 10,000)
     scripts/bench --only hostile --hostile-repeat 100  (issue 26's worst inputs over HTTP: CPU per request, RSS)
 
 Everything runs on this machine: a private database server, `weave serve` and `weave scan` as
@@ -28,6 +30,7 @@ from benchmarks import (
     batches,
     consumption,
     e2e,
+    flat,
     hostile,
     latency,
     peers,
@@ -36,6 +39,7 @@ from benchmarks import (
     scale,
     sdk,
     signals,
+    stack,
     validation,
 )
 from benchmarks.harness import load_averages, running_weave
@@ -71,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
             "peer",
             "batches",
             "sdk",
+            "stack",
             "scale",
+            "flat",
             "validation",
             "hostile",
         ),
@@ -95,6 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1_000_000,
         help=f"stored signals of the scale section's large figures (its reference: {scale.SCALE_BASE:,})",
+    )
+    parser.add_argument(
+        "--flat-signals",
+        type=int,
+        default=1_000_000,
+        help=f"flat: stored signals of the large side (the reference: {flat.FLAT_BASE:,}); "
+        "batches of 100 by 8 clients, --batch-signals per run",
     )
     parser.add_argument(
         "--validation-bytes", type=int, default=validation.VALIDATION_BYTES, help="size of each hostile payload"
@@ -132,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, weave serve "
         f"--processes {args.server_processes} --threads {args.server_threads}"
     )
-    if args.only not in ("scale", "hostile"):
+    if args.only not in ("scale", "flat", "hostile"):
         with running_weave(args.server_threads, args.server_processes, args.against) as bench:
             print(header + (f", signal acceptance against {args.against}" if args.against else ""), flush=True)
             sections = {
@@ -145,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
                 "peer": lambda: peers.run(bench, args.signals, args.repeat),
                 "batches": lambda: batches.run(bench, args.batch_signals, args.repeat),
                 "sdk": lambda: sdk.run(bench, args.sdk_signals, args.repeat),
+                "stack": lambda: stack.run(
+                    bench, args.signals, args.repeat, args.server_threads, args.server_processes
+                ),
             }
             for name, run in sections.items():  # in this order, on one server
                 if args.only in (None, name):
@@ -162,6 +178,17 @@ def main(argv: list[str] | None = None) -> int:
                 processes=args.server_processes,
             )
             print(f"scale section: {time.monotonic() - started:.0f} s of wall time", flush=True)
+    if args.only in (None, "flat"):  # as scale: a server of its own
+        with running_weave(args.server_threads, args.server_processes) as bench:
+            print(f"{header}, load {load_averages()}", flush=True)
+            results += flat.run(
+                bench,
+                args.flat_signals,
+                args.batch_signals,
+                repeat=args.repeat,
+                threads=args.server_threads,
+                processes=args.server_processes,
+            )
     if args.only in (None, "hostile"):  # one process: its CPU and RSS are the figures
         with running_weave(args.server_threads, processes=1) as bench:
             print(
