@@ -353,18 +353,11 @@ def decide(
     return accept(tx, principal, known, request, facts.accepted_at, decision, known["wait_id"])
 
 
-def accept(
-    tx: Tx,
-    principal: Principal,
-    instance: dict,
-    request: SignalRequest,
-    now: datetime,
-    decision: rules.Acceptance,
-    wait_id: int | None,
-    route: Route | None = None,
-) -> Receipt:
-    """Store a signal of the locked `instance` with its checkpoint, event and audit record (S1.4)."""
-    planned = plan(principal, instance, request, now, decision, wait_id, route)
+def accept(tx: Tx, principal: Principal, *decided) -> Receipt:
+    """Store a signal of the locked instance with its checkpoint, event and audit record (S1.4);
+    `decided`: `plan`'s arguments after the principal (the instance, the request, the time, the
+    decision, the wait, the route)."""
+    planned = plan(principal, *decided)
     return recorded(tx, principal, planned, tx.insert(INSERT_SIGNAL, planned.row))
 
 

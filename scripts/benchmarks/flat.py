@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import math
 import time
-from statistics import median
 
 from benchmarks import scale
 from benchmarks.batches import BATCH_SIZE, batch_sender
-from benchmarks.harness import Bench, report
+from benchmarks.harness import Bench
 from benchmarks.workload import signal_run
 
 FLAT_BASE = scale.SCALE_BASE
@@ -54,24 +53,9 @@ def run(
                 )
                 rates[side].append(rate)
                 cpu[side].append([*split, (scale._pool_reads(bench) - reads) / len(times)])
-    mean_cpu = {side: [sum(column) / len(column) for column in zip(*splits)] for side, splits in cpu.items()}
-    ratios = [big / small for big, small in zip(rates["large"], rates["base"])]
-    row = report(
-        f"flat: batches of {size}, {clients} clients, {large:,} stored",
-        median(rates["large"]),
-        median(rates["base"]),
-        "sig/s",
-        "   CPU ms/signal (server, load, db) %.2f, %.2f, %.2f vs %.2f, %.2f, %.2f"
-        "   pages read from disk per signal %.2f vs %.2f"
-        % (*mean_cpu["large"][:3], *mean_cpu["base"][:3], mean_cpu["large"][3], mean_cpu["base"][3])
-        + scale._within(median(ratios), slower_when_above=False)
-        + f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}",
-        ratio=median(ratios),
-        baseline_name=f"{base:,} stored",
+    row = scale.sized_rate_row(
+        f"flat: batches of {size}, {clients} clients, {large:,} stored", rates, cpu, f"{base:,} stored"
     )
-    row["run_ratios"] = [round(r, 3) for r in ratios]
-    row["cpu_ms_per_signal"] = {side: [round(v, 2) for v in split[:3]] for side, split in mean_cpu.items()}
-    row["pool_reads_per_signal"] = {side: round(split[3], 2) for side, split in mean_cpu.items()}
     row["stored"], row["baseline_stored"] = large, base
     print(f"flat section: {time.monotonic() - started:.0f} s of wall time", flush=True)
     return [row]

@@ -407,6 +407,19 @@ def scanners(bench: Bench, count: int, logs: list | None = None) -> list[subproc
     return [weave_command(env, "scan", log=logs[i] if logs else subprocess.DEVNULL) for i in range(count)]
 
 
+def stop_scanners(running: list[subprocess.Popen], logs: list) -> tuple[int, int]:
+    """Stop the `scanners` started with `logs`, then close their logs: (skipped, all) claims of
+    theirs (`wasted_claims`)."""
+    for scanner in running:
+        scanner.terminate()
+    for scanner in running:
+        scanner.wait(10)
+    claims = wasted_claims(logs)
+    for log in logs:
+        log.close()
+    return claims
+
+
 def wasted_claims(logs: list) -> tuple[int, int]:
     """(skipped, all) claims of the scanner batches logged in `logs` (files written by `scanners`):
     a skipped claim found its candidate held by another scanner, or already done."""

@@ -91,6 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sdk-signals", type=int, default=1000, help="sdk: signals per run from one thread")
     parser.add_argument("--consumption-signals", type=int, default=2000, help="signals per consumption run")
     parser.add_argument(
+        "--consumption-scanners",
+        type=lambda text: tuple(int(count) for count in text.split(",")),
+        default=(1, 3),
+        help="consumption: `weave scan` processes of each run, comma-separated (default 1,3)",
+    )
+    parser.add_argument("--e2e-scanners", type=int, default=1, help="e2e: `weave scan` processes")
+    parser.add_argument(
+        "--e2e-signal",
+        action="store_true",
+        help="e2e: TASK -> SIGNAL -> TASK workflows, each sent its signal over HTTP as it starts (issue 31, target 5)",
+    )
+    parser.add_argument(
         "--against",
         metavar="REF",
         help="signal acceptance: alternate this checkout's `weave serve` with git revision REF's "
@@ -150,11 +162,11 @@ def main(argv: list[str] | None = None) -> int:
             print(header + (f", signal acceptance against {args.against}" if args.against else ""), flush=True)
             sections = {
                 "pulse": lambda: pulse.run(bench, args.tasks),
-                "e2e": lambda: e2e.run(bench, args.workflows),
+                "e2e": lambda: e2e.run(bench, args.workflows, scanner_count=args.e2e_scanners, signal=args.e2e_signal),
                 "signals": lambda: signals.run(bench, args.signals, args.repeat),
                 "routing": lambda: routing.run(bench, args.routing_signals, args.repeat),
                 "latency": lambda: latency.run(bench, args.latency_signals),
-                "consumption": lambda: consumption.run(bench, args.consumption_signals),
+                "consumption": lambda: consumption.run(bench, args.consumption_signals, args.consumption_scanners),
                 "peer": lambda: peers.run(bench, args.signals, args.repeat),
                 "batches": lambda: batches.run(bench, args.batch_signals, args.repeat),
                 "sdk": lambda: sdk.run(bench, args.sdk_signals, args.repeat),
