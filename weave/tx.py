@@ -160,7 +160,9 @@ class Tx:
         `ROUND_TRIP_BYTES` allows (one, for rows of ordinary size); the new AUTO_INCREMENT id of
         each, in order. Each row is its own statement, so that each id is the server's own answer
         (a multi-row INSERT's ids need not be consecutive: Galera's auto_increment_increment, or
-        innodb_autoinc_lock_mode 2)."""
+        innodb_autoinc_lock_mode 2). No rows: nothing is sent, nothing is decided."""
+        if not rows:
+            return []
         self.decided = True
         ids: list[int] = []
         statements = self._take_queued()
