@@ -276,8 +276,8 @@ def send_signals(tx: Tx, principal: Principal, sends: list[tuple[str, SignalRequ
     that they and the transaction's time are read with every lock held. A concurrent twin's key, a deadlock
     or a lost COMMIT re-runs the whole unit (`unit_of_work`): a COMMIT that had landed answers
     every item of it as a replay, as a single send after a lost COMMIT does."""
-    found = tx.all_together(
-        *[(SELECT_TARGET_INSTANCE_AND_KEY, (r.idempotency_key, principal.namespace_id, w)) for w, r in sends]
+    found = tx.all_of_each(
+        SELECT_TARGET_INSTANCE_AND_KEY, [(r.idempotency_key, principal.namespace_id, w) for w, r in sends]
     )
     outcomes: list[Receipt | WeaveError | None] = [None] * len(sends)
     to_lock: dict[int, tuple[int, list[str]]] = {}  # item index -> (instance id, queues), in item order
@@ -307,25 +307,37 @@ def send_signals(tx: Tx, principal: Principal, sends: list[tuple[str, SignalRequ
     for index, (instance_id, _) in to_lock.items():
         request = sends[index][1]
         step = request.fields["target_step_key"]
-        reads.append((FACTS_UNDER_LOCK, {"instance": instance_id, "key": request.idempotency_key, "step": step}))
-    facts = tx.all_together(*reads)
+        reads.append({"instance": instance_id, "key": request.idempotency_key, "step": step})
+    facts = tx.all_of_each(FACTS_UNDER_LOCK, reads)
     stored_by_run: dict[int, int] = {}
+    planned: dict[int, Planned] = {}  # item index -> its acceptance, its row not inserted yet
     for (index, (instance_id, _)), (known,) in zip(to_lock.items(), facts):
         workflow_id, request = sends[index]
         known = {**known, "stored": known["stored"] + stored_by_run.get(instance_id, 0)}
         try:
-            outcomes[index] = decide(tx, principal, workflow_id, request, known)
+            outcome = decide(tx, principal, workflow_id, request, known, planning=True)
         except WeaveError as exc:
             outcomes[index] = exc
             continue
-        if not outcomes[index].replayed:
+        if isinstance(outcome, Planned):
+            planned[index] = outcome
             stored_by_run[instance_id] = stored_by_run.get(instance_id, 0) + 1
+        else:
+            outcomes[index] = outcome
+    # The accepted items' signal rows in one round trip (their ids are in their receipts, events
+    # and audit records); then what follows each insert, queued in item order, sent with COMMIT.
+    signal_ids = tx.insert_all(INSERT_SIGNAL, [accepted.row for accepted in planned.values()])
+    for (index, accepted), signal_id in zip(planned.items(), signal_ids):
+        outcomes[index] = recorded(tx, principal, accepted, signal_id)
     return outcomes
 
 
-def decide(tx: Tx, principal: Principal, workflow_id: str, request: SignalRequest, known: dict) -> Receipt:
+def decide(
+    tx: Tx, principal: Principal, workflow_id: str, request: SignalRequest, known: dict, planning: bool = False
+) -> Receipt | Planned:
     """Accept a signal for the locked instance whose FACTS_UNDER_LOCK are `known`, or refuse it
-    (before anything is written); a twin of its key that committed first is replayed."""
+    (before anything is written); a twin of its key that committed first is replayed. `planning`:
+    an acceptance is answered `Planned`, its row not inserted yet (`send_signals`)."""
     if known["twin"]:  # a concurrent twin committed first (or an earlier item of the same batch)
         return replay(tx.one(SELECT_BY_IDEMPOTENCY_KEY, (known["id"], request.idempotency_key)), request)
     refuse_over_limit(known["stored"], workflow_id)
@@ -337,11 +349,35 @@ def decide(tx: Tx, principal: Principal, workflow_id: str, request: SignalReques
             f"step {request.fields['target_step_key']!r} has no activation "
             f"{request.fields['target_activation_sequence']}",
         )
+    if planning:
+        return plan(principal, known, request, facts.accepted_at, decision, known["wait_id"])
     return accept(tx, principal, known, request, facts.accepted_at, decision, known["wait_id"])
 
 
-def accept(
-    tx: Tx,
+def accept(tx: Tx, principal: Principal, *decided) -> Receipt:
+    """Store a signal of the locked instance with its checkpoint, event and audit record (S1.4);
+    `decided`: `plan`'s arguments after the principal (the instance, the request, the time, the
+    decision, the wait, the route)."""
+    planned = plan(principal, *decided)
+    return recorded(tx, principal, planned, tx.insert(INSERT_SIGNAL, planned.row))
+
+
+@dataclass(frozen=True)
+class Planned:
+    """An acceptance decided, whose signal row (`row`, INSERT_SIGNAL's parameters) is yet to be
+    inserted: a batch inserts its items' rows in one round trip (`send_signals`)."""
+
+    instance: dict
+    request: SignalRequest
+    now: datetime
+    decision: rules.Acceptance
+    wait_id: int | None
+    route: Route | None
+    row: tuple
+    rest: str  # the receipt without its signal id (`receipt_rest`)
+
+
+def plan(
     principal: Principal,
     instance: dict,
     request: SignalRequest,
@@ -349,11 +385,9 @@ def accept(
     decision: rules.Acceptance,
     wait_id: int | None,
     route: Route | None = None,
-) -> Receipt:
-    """Store a signal of the locked `instance` with its checkpoint, event and audit record (S1.4)."""
-    fields = request.fields
-    signal_id, text = store(
-        tx,
+) -> Planned:
+    """`accept`'s signal row, not yet inserted."""
+    row, rest = signal_row(
         principal,
         request,
         instance=instance,
@@ -363,16 +397,23 @@ def accept(
         expires_at=instance["deadline_at"],
         route=route,
     )
+    return Planned(instance, request, now, decision, wait_id, route, row, rest)
+
+
+def recorded(tx: Tx, principal: Principal, planned: Planned, signal_id: int) -> Receipt:
+    """What follows the insert of a planned signal (`signal_id`): its instance's count, its
+    checkpoint, its event and its audit record, queued; its receipt."""
+    instance, request, decision, route = planned.instance, planned.request, planned.decision, planned.route
     instances.count_stored_signal(tx, instance["id"])
     if decision.wakes_wait:
-        checkpoints.schedule_wait(tx, instance["id"], wait_id, now)
+        checkpoints.schedule_wait(tx, instance["id"], planned.wait_id, planned.now)
     data, details = accepted_texts(
         signal_id,
-        fields,
+        request.fields,
         decision,
         principal.actor,
         request.idempotency_key,
-        now,
+        planned.now,
         instance["deadline_at"],
         route.outcome if route else None,
     )
@@ -388,11 +429,17 @@ def accept(
         credential_id=principal.credential_id,
         request_digest=request.request_digest,
     )
-    return Receipt(text, False, decision.status, decision.disposition)
+    return Receipt(receipt_text(signal_id, planned.rest), False, decision.status, decision.disposition)
 
 
-def store(
-    tx: Tx,
+def store(tx: Tx, principal: Principal, request: SignalRequest, **row) -> tuple[int, str]:
+    """Insert the signal's row (`signal_row`) with its frozen receipt; (signal_id, the receipt's text)."""
+    params, rest = signal_row(principal, request, **row)
+    signal_id = tx.insert(INSERT_SIGNAL, params)
+    return signal_id, receipt_text(signal_id, rest)
+
+
+def signal_row(
     principal: Principal,
     request: SignalRequest,
     *,
@@ -403,10 +450,11 @@ def store(
     expires_at: datetime,
     route: Route | None,
     workflow_id: str | None = None,
-) -> tuple[int, str]:
-    """Insert the signal's row with its frozen receipt; (signal_id, the receipt's text). A fact of
-    `route` that belongs to no instance (parked, ambiguous, refused by a full one: `workflow_id`)
-    has `instance` None; a PARKED one expires at its `parked_until` (`expires_at`)."""
+) -> tuple[tuple, str]:
+    """The signal's row (INSERT_SIGNAL's parameters) with its frozen receipt, and that receipt
+    without its signal id (`receipt_rest`). A fact of `route` that belongs to no instance (parked,
+    ambiguous, refused by a full one: `workflow_id`) has `instance` None; a PARKED one expires at
+    its `parked_until` (`expires_at`)."""
     fields = request.fields
     payload_sha = jsontext.sha256_text(request.payload_text) if request.payload_text is not None else None
     route_fields = None
@@ -428,8 +476,7 @@ def store(
         request.request_digest,
         route_fields,
     )
-    signal_id = tx.insert(
-        INSERT_SIGNAL,
+    return (
         (
             instance["id"] if instance else None,
             fields["name"],
@@ -459,8 +506,8 @@ def store(
             route.route_hash if route else None,
             fields.get("park_seconds") if route else None,
         ),
+        rest,
     )
-    return signal_id, receipt_text(signal_id, rest)
 
 
 # ---- get and list ---------------------------------------------------------------------------------

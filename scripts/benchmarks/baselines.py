@@ -11,9 +11,10 @@ import os
 import time
 
 from benchmarks.harness import QUEUE, Bench
-from benchmarks.workload import on_connections, signal_body
+from benchmarks.workload import e2e_input, on_connections, signal_body
 from weave import auth, jsontext
 from weave.db import connect
+from weave.resources.signals import signal_request
 from weave.rules import signals as signal_rules
 from weave.sql import audit as audit_sql
 from weave.sql import checkpoints as checkpoint_sql
@@ -69,14 +70,23 @@ def _audit_row(bench: Bench, task: dict, action: str, now) -> tuple:
     return (bench.namespace_id, task["instance_id"], None, None, "w", action, None, now, "{}")
 
 
-def in_process_e2e(bench: Bench, workflows: int) -> float:
+def in_process_e2e(bench: Bench, workflows: int, signal: bool = False) -> float:
+    """Seconds to start `workflows` e2e workflows (with `signal`, TASK -> SIGNAL -> TASK ones, each
+    sent its signal right after its start) and run them to the end in this thread, calling the
+    units the API, the workers and the scanner call, with no HTTP and no scanner process."""
     db = bench.database
     starter = tenancy.authenticate(db, auth.token_hash(bench.client_token))
     run_id = time.time_ns()
     started = time.perf_counter()
     for i in range(workflows):
-        request = instance_sql.StartRequest(f"raw-{run_id}-{i}", "e2e", 1, '{"i":%d}' % i, 3600, f"{i:064d}")
-        instance_sql.start_workflow(db, starter, request)
+        workflow_id = f"raw-{run_id}-{i}"
+        definition = "e2e-signal" if signal else "e2e"
+        document = jsontext.compact(e2e_input(i, signal))
+        instance_sql.start_workflow(
+            db, starter, instance_sql.StartRequest(workflow_id, definition, 1, document, 3600, f"{i:064d}")
+        )
+        if signal:
+            sig_sql.send_signal(db, starter, workflow_id, signal_request(f"e2e-{i}", signal_body(f"o-{i}")))
     while True:
         did = 0
         for row in db.run(checkpoint_sql.due_candidates, 100):

@@ -6,7 +6,7 @@ import tempfile
 import threading
 import time
 
-from benchmarks.harness import Bench, Http, run_threads, scanners, wasted_claims
+from benchmarks.harness import Bench, Http, run_threads, scanners, stop_scanners
 from benchmarks.workload import pending, signal_body, waiting_workflows
 
 
@@ -65,13 +65,7 @@ def run(bench: Bench, signals: int, scanner_counts: tuple[int, ...] = (1, 3), cl
                 )
             )["us"]
         finally:
-            for scanner in running:
-                scanner.terminate()
-            for scanner in running:
-                scanner.wait(10)
-        skipped, claimed = wasted_claims(logs)
-        for log in logs:
-            log.close()
+            skipped, claimed = stop_scanners(running, logs)
         row = {
             "label": f"signals consumed while accepted at full speed, {count} scanner(s)",
             "signals": sent,

@@ -128,7 +128,7 @@ def serving(env: dict, threads: int, processes: int):
     port = free_port()
     serve = weave_command(env, "serve", "--port", str(port), "--threads", str(threads), "--processes", str(processes))
     try:
-        _wait_http(port)
+        wait_http(port)
         yield f"http://127.0.0.1:{port}", serve.pid
     finally:
         serve.terminate()
@@ -150,7 +150,8 @@ def revision_tree(ref: str):
         yield tree
 
 
-def _wait_http(port: int) -> None:
+def wait_http(port: int) -> None:
+    """Until a server on `port` answers GET /healthz with 200 (30 s at most)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -404,6 +405,19 @@ def scanners(bench: Bench, count: int, logs: list | None = None) -> list[subproc
     """`count` `weave scan` processes; with `logs` (open files, one per process), their logs."""
     env = {**os.environ, "WEAVE_DATABASE_URL": bench.url.url()}
     return [weave_command(env, "scan", log=logs[i] if logs else subprocess.DEVNULL) for i in range(count)]
+
+
+def stop_scanners(running: list[subprocess.Popen], logs: list) -> tuple[int, int]:
+    """Stop the `scanners` started with `logs`, then close their logs: (skipped, all) claims of
+    theirs (`wasted_claims`)."""
+    for scanner in running:
+        scanner.terminate()
+    for scanner in running:
+        scanner.wait(10)
+    claims = wasted_claims(logs)
+    for log in logs:
+        log.close()
+    return claims
 
 
 def wasted_claims(logs: list) -> tuple[int, int]:

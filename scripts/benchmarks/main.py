@@ -7,6 +7,8 @@
     scripts/bench --only peer                        (signal acceptance beside DBOS Transact's `send`)
     scripts/bench --only batches                     (batches of 100 beside single signals and DBOS `send`)
     scripts/bench --only sdk                         (the SDK's kept-alive connection beside one per call)
+    scripts/bench --only stack                       (single signals beside the HTTP stack floor: API CPU)
+    scripts/bench --only flat                        (batches of 100 at a million stored signals beside 10,000)
     scripts/bench --only hostile --hostile-repeat 100  (issue 26's worst inputs over HTTP: CPU per request, RSS)
 
 Everything runs on this machine: a private database server, `weave serve` and `weave scan` as
@@ -29,6 +31,7 @@ from benchmarks import (
     batches,
     consumption,
     e2e,
+    flat,
     hostile,
     latency,
     peers,
@@ -38,6 +41,7 @@ from benchmarks import (
     scale,
     sdk,
     signals,
+    stack,
     validation,
 )
 from benchmarks.harness import load_averages, running_weave
@@ -79,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             "batches",
             "sdk",
             "purge",
+            "stack",
             "scale",
+            "flat",
             "validation",
             "hostile",
         ),
@@ -96,6 +102,18 @@ def main(argv: list[str] | None = None) -> int:
         "--purge-workflows", type=int, default=3000, help="purge: ended workflows purged while signals are accepted"
     )
     parser.add_argument(
+        "--consumption-scanners",
+        type=lambda text: tuple(int(count) for count in text.split(",")),
+        default=(1, 3),
+        help="consumption: `weave scan` processes of each run, comma-separated (default 1,3)",
+    )
+    parser.add_argument("--e2e-scanners", type=int, default=1, help="e2e: `weave scan` processes")
+    parser.add_argument(
+        "--e2e-signal",
+        action="store_true",
+        help="e2e: TASK -> SIGNAL -> TASK workflows, each sent its signal over HTTP as it starts (issue 31, target 5)",
+    )
+    parser.add_argument(
         "--against",
         metavar="REF",
         help="signal acceptance: alternate this checkout's `weave serve` with git revision REF's "
@@ -106,6 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1_000_000,
         help=f"stored signals of the scale section's large figures (its reference: {scale.SCALE_BASE:,})",
+    )
+    parser.add_argument(
+        "--flat-signals",
+        type=int,
+        default=1_000_000,
+        help=f"flat: stored signals of the large side (the reference: {flat.FLAT_BASE:,}); "
+        "batches of 100 by 8 clients, --batch-signals per run",
     )
     parser.add_argument(
         "--validation-bytes", type=int, default=validation.VALIDATION_BYTES, help="size of each hostile payload"
@@ -143,22 +168,25 @@ def main(argv: list[str] | None = None) -> int:
         f"# weave bench — {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}, weave serve "
         f"--processes {args.server_processes} --threads {args.server_threads}"
     )
-    if args.only not in ("scale", "hostile"):
+    if args.only not in ("scale", "flat", "hostile"):
         with running_weave(args.server_threads, args.server_processes, args.against) as bench:
             print(header + (f", signal acceptance against {args.against}" if args.against else ""), flush=True)
             sections = {
                 "pulse": lambda: pulse.run(bench, args.tasks),
-                "e2e": lambda: e2e.run(bench, args.workflows),
+                "e2e": lambda: e2e.run(bench, args.workflows, scanner_count=args.e2e_scanners, signal=args.e2e_signal),
                 "signals": lambda: signals.run(bench, args.signals, args.repeat),
                 "routing": lambda: routing.run(bench, args.routing_signals, args.repeat),
                 "latency": lambda: (latency.run_beside_hanging if args.latency_hanging else latency.run)(
                     bench, args.latency_signals
                 ),
-                "consumption": lambda: consumption.run(bench, args.consumption_signals),
+                "consumption": lambda: consumption.run(bench, args.consumption_signals, args.consumption_scanners),
                 "peer": lambda: peers.run(bench, args.signals, args.repeat),
                 "batches": lambda: batches.run(bench, args.batch_signals, args.repeat),
                 "sdk": lambda: sdk.run(bench, args.sdk_signals, args.repeat),
                 "purge": lambda: purge.run(bench, args.purge_workflows, args.signals),
+                "stack": lambda: stack.run(
+                    bench, args.signals, args.repeat, args.server_threads, args.server_processes
+                ),
             }
             for name, run in sections.items():  # in this order, on one server
                 if args.only in (None, name):
@@ -176,6 +204,17 @@ def main(argv: list[str] | None = None) -> int:
                 processes=args.server_processes,
             )
             print(f"scale section: {time.monotonic() - started:.0f} s of wall time", flush=True)
+    if args.only in (None, "flat"):  # as scale: a server of its own
+        with running_weave(args.server_threads, args.server_processes) as bench:
+            print(f"{header}, load {load_averages()}", flush=True)
+            results += flat.run(
+                bench,
+                args.flat_signals,
+                args.batch_signals,
+                repeat=args.repeat,
+                threads=args.server_threads,
+                processes=args.server_processes,
+            )
     if args.only in (None, "hostile"):  # one process: its CPU and RSS are the figures
         with running_weave(args.server_threads, processes=1) as bench:
             print(

@@ -405,25 +405,7 @@ def run(
             for side in ("large", "base")[:: 1 if pair % 2 == 0 else -1]:
                 costs[side].append(_consumption_cost(sides[side], f"scan{pair}", consumed))
     at_base = f"{base:,} stored"
-    mean_cpu = {side: [sum(column) / len(column) for column in zip(*splits)] for side, splits in cpu.items()}
-    ratios = [big / small for big, small in zip(rates["large"], rates["base"])]
-    accepted = report(
-        f"scale: signals accepted, 8 clients, {large:,} stored",
-        median(rates["large"]),
-        median(rates["base"]),
-        "sig/s",
-        "   CPU ms/signal (server, load, db) %.2f, %.2f, %.2f vs %.2f, %.2f, %.2f"
-        "   pages read from disk per signal %.2f vs %.2f"
-        % (*mean_cpu["large"][:3], *mean_cpu["base"][:3], mean_cpu["large"][3], mean_cpu["base"][3])
-        + _within(median(ratios), slower_when_above=False)
-        + f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}",
-        ratio=median(ratios),
-        baseline_name=at_base,
-    )
-    accepted["run_ratios"] = [round(r, 3) for r in ratios]
-    accepted["cpu_ms_per_signal"] = {side: [round(v, 2) for v in split[:3]] for side, split in mean_cpu.items()}
-    accepted["pool_reads_per_signal"] = {side: round(split[3], 2) for side, split in mean_cpu.items()}
-    results = [accepted]
+    results = [sized_rate_row(f"scale: signals accepted, 8 clients, {large:,} stored", rates, cpu, at_base)]
     for key, label in (
         ("ms_per_candidate", "scanner: wall ms per consumed signal"),
         ("scanner_cpu_ms", "scanner: its CPU ms per consumed signal"),
@@ -452,6 +434,32 @@ def run(
     for row in results:
         row["stored"], row["baseline_stored"] = large, base
     return results + _hot_instance(bench, SIGNALS_PER_INSTANCE - HOT_SENDS, repeat, hot_instances)
+
+
+def sized_rate_row(label: str, rates: dict, cpu: dict, at_base: str) -> dict:
+    """The printed row of an acceptance rate at the large size ("large") beside the reference
+    ("base") from alternating pairs: median rates, the median of the pairs' ratios against the
+    1.2x target, the mean CPU split and pool reads from disk per signal of each side (`cpu`'s
+    splits: server, load, db, pool reads)."""
+    mean_cpu = {side: [sum(column) / len(column) for column in zip(*splits)] for side, splits in cpu.items()}
+    ratios = [big / small for big, small in zip(rates["large"], rates["base"])]
+    row = report(
+        label,
+        median(rates["large"]),
+        median(rates["base"]),
+        "sig/s",
+        "   CPU ms/signal (server, load, db) %.2f, %.2f, %.2f vs %.2f, %.2f, %.2f"
+        "   pages read from disk per signal %.2f vs %.2f"
+        % (*mean_cpu["large"][:3], *mean_cpu["base"][:3], mean_cpu["large"][3], mean_cpu["base"][3])
+        + _within(median(ratios), slower_when_above=False)
+        + f"   run ratios {' '.join(f'{r:.2f}' for r in ratios)}",
+        ratio=median(ratios),
+        baseline_name=at_base,
+    )
+    row["run_ratios"] = [round(r, 3) for r in ratios]
+    row["cpu_ms_per_signal"] = {side: [round(v, 2) for v in split[:3]] for side, split in mean_cpu.items()}
+    row["pool_reads_per_signal"] = {side: round(split[3], 2) for side, split in mean_cpu.items()}
+    return row
 
 
 def _hot_instance(bench: Bench, near: int, repeat: int, instances: int, far: int = 10) -> list[dict]:

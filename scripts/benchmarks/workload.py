@@ -22,6 +22,12 @@ def signal_body(order: str) -> dict:
     return payment_signal(order, reason="benchmark")
 
 
+def e2e_input(i: int, signal: bool) -> dict:
+    """The input of the e2e section's i-th workflow; with `signal` (TASK -> SIGNAL -> TASK), its
+    order id too: its signal's correlation key (`signal_body(f"o-{i}")`)."""
+    return {"i": i, "order_id": f"o-{i}"} if signal else {"i": i}
+
+
 def start_signal_targets(bench: Bench, prefix: str, count: int) -> list[str]:
     client = Http(bench, bench.client_token)
     ids = [f"{prefix}-{i}" for i in range(count)]

@@ -22,6 +22,7 @@ from benchmarks import (  # noqa: E402
     batches,
     consumption,
     e2e,
+    flat,
     harness,
     hostile,
     latency,
@@ -32,6 +33,7 @@ from benchmarks import (  # noqa: E402
     scale,
     sdk,
     signals,
+    stack,
     validation,
 )
 
@@ -56,6 +58,10 @@ def test_the_bench_command_starts_and_describes_its_flags():
         "--validation-bytes",
         "--hostile-repeat",
         "--latency-hanging",
+        "--flat-signals",
+        "--e2e-scanners",
+        "--e2e-signal",
+        "--consumption-scanners",
     )
     assert all(flag in shown.stdout for flag in flags)
 
@@ -88,6 +94,51 @@ def test_every_bench_section_runs_on_tiny_sizes():
     assert [row["signals"] for row in consumed] == [4, 4]
     assert all(row["consumed_per_second"] > 0 and row["max_backlog"] <= 4 for row in consumed)
     assert all(0 <= row["wasted_claims"] <= 1 for row in consumed)  # read from the scanners' batch lines
+
+
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+def test_the_stack_floor_and_the_e2e_signal_shape_run_on_tiny_sizes():
+    """Issue 31 targets 3 and 5: single signals beside the HTTP stack floor (rate and API CPU rows;
+    the floor stores nothing), and TASK -> SIGNAL -> TASK workflows end to end with 2 API processes
+    and 3 scanners, every workflow SUCCEEDED with its signal consumed, wasted claims read."""
+    with harness.running_weave(threads=4, processes=2) as running:
+        rows = stack.run(running, 8, repeat=1, threads=4, processes=2, clients=2)
+        rows += e2e.run(running, 4, workers=2, scanner_count=3, signal=True)
+        stored = running.database.read(
+            lambda tx: tx.one(
+                "SELECT COUNT(*) AS n, SUM(i.status = 'SUCCEEDED') AS done,"
+                " (SELECT COUNT(*) FROM signals s JOIN instances w ON w.id = s.instance_id"
+                "  WHERE w.workflow_id LIKE 'e2e-%%' AND s.status = 'CONSUMED') AS consumed"
+                " FROM instances i WHERE i.workflow_id LIKE 'e2e-%%'"
+            )
+        )
+    assert [row["label"] for row in rows] == [
+        "single signals vs the HTTP stack floor, 2 clients",
+        "API CPU per signal, weave vs stack floor",
+        "TASK -> SIGNAL -> TASK workflows end to end, 2 workers, 3 scanner(s)",
+    ]
+    assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rows if row["unit"] != "us/sig")
+    assert 0 <= rows[-1]["wasted_claims"] <= 1
+    assert (stored["n"], stored["done"], stored["consumed"]) == (4, 4, 4)
+
+
+@pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
+def test_the_flat_section_runs_on_tiny_sizes():
+    """Issue 31 target 6's section: batches at 2,000 stored signals (loaded server-side) beside 200
+    in a second database; every batched signal stored PENDING on its instance."""
+    with harness.running_weave(threads=4, processes=1) as running:
+        rows = flat.run(running, 2000, 20, base=200, repeat=1, clients=2, size=5, threads=4, processes=1)
+        stored = running.database.read(
+            lambda tx: tx.one(
+                "SELECT COUNT(*) AS n FROM signals s JOIN instances i ON i.id = s.instance_id"
+                " WHERE i.workflow_id LIKE 'sflat%%' AND s.status = 'PENDING'"
+            )
+        )
+    (row,) = rows
+    assert row["label"] == "flat: batches of 5, 2 clients, 2,000 stored"
+    assert row["weave"] > 0 and row["baseline"] > 0 and row["stored"] == 2000 and row["baseline_stored"] == 200
+    # 2 clients x 1 batch of 5 over 10 instances in the large database (the base one is another).
+    assert stored["n"] == 10
 
 
 @pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")

@@ -70,3 +70,45 @@ def test_non_ascii_is_written_as_utf8_and_pairs_survive():
 
 def test_raw_text_is_embedded_as_is():
     assert jsontext.compact({"a": jsontext.Raw('{"z":1.50}')}) == '{"a":{"z":1.50}}'
+
+
+WRITTEN = [
+    None,
+    True,
+    False,
+    0,
+    -5,
+    2**70,
+    1.5,
+    1e300,
+    -0.0,
+    Decimal("1.50"),
+    Decimal("1E+5"),
+    Decimal("-0.0"),
+    'a\u00e9"\n\t\\\u2028\U0001f600',
+    jsontext.Raw('{"x":1}'),
+    {"b": 1, "a": [1, 2, {"z": None, "y": jsontext.Raw("[1]")}], "\u00e9": "\u00fc", "": ""},
+    (1, "2", [3]),
+    [],
+    {},
+]
+
+
+@pytest.mark.parametrize("value", WRITTEN)
+def test_the_c_encoder_writes_what_the_python_writer_writes(value):
+    """compact() and canonical() go through the json module's C encoder (issue 31 item 4): the
+    same text as `_write`, member by member, Raw and Decimal included."""
+    for sort_keys, written in ((False, jsontext.compact), (True, jsontext.canonical)):
+        out: list[str] = []
+        jsontext._write(value, out, sort_keys)
+        assert written(value) == "".join(out)
+
+
+@pytest.mark.parametrize(
+    "value, error", [(float("nan"), ValueError), (Decimal("NaN"), jsontext.JsonRejected), ({1}, TypeError)]
+)
+def test_the_c_encoder_refuses_what_the_python_writer_refuses(value, error):
+    with pytest.raises(error):
+        jsontext._write(value, [], False)
+    with pytest.raises(error):
+        jsontext.compact([value])

@@ -1,0 +1,182 @@
+"""What Weave's own Python costs per accepted signal, in this process (issue 31, item 4).
+
+A private MariaDB in a temporary folder, the bench's tenant (`harness.prepared`), and Weave's WSGI
+app (`weave.app.create_app`, every middleware) called directly from one thread, with no HTTP server
+in front: so this process's CPU time is the app's own (Falcon, the middleware, the resources,
+validation, PyMySQL), and the database's is not counted. Each round sends `--signals` single
+signals (`POST {N}/workflows/{id}/signals`, the bench's body and keys) and `--batches` batches of
+100 (`POST {N}/signal-batches`) to fresh instances of `pay` (`workload.SIGNAL_DEFINITION`); the
+CPU per signal of each is printed per round (`time.process_time`), and with `--profile` the
+cProfile of the last round's singles and batches, top entries by own time and by cumulative time.
+
+    .venv/bin/python scripts/benchmarks/profile_api.py [--signals 1000] [--batches 10] [--rounds 3] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `benchmarks`, run as a script
+
+from benchmarks.harness import NS, cpu_seconds, prepared  # noqa: E402
+from benchmarks.workload import SIGNAL_DEFINITION, signal_body  # noqa: E402
+from weave.app import create_app  # noqa: E402
+from weave.config import Config  # noqa: E402
+from weave.dburl import DatabaseUrl  # noqa: E402
+from weave.devdb import PrivateServer  # noqa: E402
+
+BATCH = 100
+
+
+class Caller:
+    """WSGI calls of `app` with the bench client's token, as a server would make them."""
+
+    def __init__(self, app, token: str):
+        self.app = app
+        self.token = token
+
+    def post(self, path: str, body: dict, headers: dict | None = None) -> tuple[int, bytes]:
+        data = json.dumps(body).encode()
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "SCRIPT_NAME": "",
+            "PATH_INFO": f"/v1/namespaces/{NS}{path}",
+            "QUERY_STRING": "",
+            "SERVER_NAME": "bench",
+            "SERVER_PORT": "80",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "CONTENT_TYPE": "application/json",
+            "CONTENT_LENGTH": str(len(data)),
+            "HTTP_AUTHORIZATION": f"Bearer {self.token}",
+            "wsgi.input": io.BytesIO(data),
+            "wsgi.errors": sys.stderr,
+            "wsgi.url_scheme": "http",
+            "wsgi.version": (1, 0),
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+        }
+        for name, value in (headers or {}).items():
+            environ["HTTP_" + name.upper().replace("-", "_")] = value
+        status = []
+        chunks = self.app(environ, lambda line, _headers, exc_info=None: status.append(line))
+        text = b"".join(chunks)
+        if hasattr(chunks, "close"):
+            chunks.close()
+        return int(status[0].split()[0]), text
+
+
+def instances(caller: Caller, prefix: str, count: int) -> list[str]:
+    ids = [f"{prefix}-{i}" for i in range(count)]
+    for workflow_id in ids:
+        body = {"definition": "pay", "version": 1, "input": {"order_id": "o"}, "deadline_seconds": 86400}
+        status, text = caller.post("/workflows", {**body, "workflow_id": workflow_id})
+        assert status == 201, text
+    return ids
+
+
+def singles(caller: Caller, targets: list[str], count: int, run: str) -> None:
+    for n in range(count):
+        status, text = caller.post(
+            f"/workflows/{targets[n % len(targets)]}/signals", signal_body("o"), {"Idempotency-Key": f"{run}-{n}"}
+        )
+        assert status == 201, text
+
+
+def batches(caller: Caller, targets: list[str], count: int, run: str) -> None:
+    for b in range(count):
+        items = [
+            {
+                **signal_body("o"),
+                "workflow_id": targets[(b * BATCH + n) % len(targets)],
+                "idempotency_key": f"{run}-{b}-{n}",
+            }
+            for n in range(BATCH)
+        ]
+        status, text = caller.post("/signal-batches", {"signals": items})
+        assert status == 200 and text.count(b'"status":201') == BATCH, text[:300]
+
+
+def cpu_ms_per_signal(work, signals: int, profiler: cProfile.Profile | None, database_pid: int) -> tuple[float, float]:
+    """(this process's CPU, the database server's CPU) in ms per signal over `work()`."""
+    started, database = time.process_time(), cpu_seconds(database_pid)
+    if profiler is not None:
+        profiler.enable()
+    work()
+    if profiler is not None:
+        profiler.disable()
+    return (time.process_time() - started) * 1000 / signals, (cpu_seconds(database_pid) - database) * 1000 / signals
+
+
+def printed(profiler: cProfile.Profile, title: str, top: int) -> None:
+    for order in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(order).print_stats(top)
+        lines = out.getvalue().splitlines()
+        start = next(i for i, line in enumerate(lines) if "ncalls" in line)
+        print(f"\n--- {title}, by {order} ---")
+        print("\n".join(lines[start - 3 : start + top + 1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--signals", type=int, default=1000, help="single signals per round")
+    parser.add_argument("--batches", type=int, default=10, help="batches of 100 per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="cProfile the last round (slower: compare rounds)")
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="weave-profile-") as folder:
+        server = PrivateServer(Path(folder), fast_and_unsafe=True).start()
+        try:
+            url = DatabaseUrl.parse(server.url("weave_profile"))
+            database, token, _worker, _ns = prepared(url)
+            caller = Caller(create_app(Config(database_url=url.yoyo_url()), database), token)
+            caller.post("/definitions", SIGNAL_DEFINITION)
+            warm = instances(caller, "warm", 1)
+            singles(caller, warm, 20, "warm-s")
+            batches(caller, warm * BATCH, 1, "warm-b")
+            profiles = {}
+            for round_ in range(args.rounds):
+                profile = args.profile and round_ == args.rounds - 1
+                figures = []
+                for name, work, count in (("singles", singles, args.signals), ("batches", batches, args.batches)):
+                    if not count:
+                        continue
+                    signals = count if name == "singles" else count * BATCH
+                    targets = instances(caller, f"{name}{round_}", 200 if name == "singles" else BATCH)
+                    profiles[name] = cProfile.Profile(time.process_time) if profile else None
+                    ms, database_ms = cpu_ms_per_signal(
+                        lambda: work(caller, targets, count, f"{name}{round_}"),
+                        signals,
+                        profiles[name],
+                        server.process.pid,
+                    )
+                    figures.append((name, ms, database_ms))
+                shown = ", ".join(
+                    f"{name} {ms * 1000:.0f} us (database {db * 1000:.0f} us)" for name, ms, db in figures
+                )
+                ratio = f", batches/singles {figures[1][1] / figures[0][1]:.2f}" if len(figures) == 2 else ""
+                print(
+                    f"round {round_ + 1}{' (profiled)' if profile else ''}: app CPU per signal {shown}{ratio}",
+                    flush=True,
+                )
+            for name, profiler in profiles.items():
+                if profiler is not None:
+                    printed(profiler, name, args.top)
+            database.close()
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
