@@ -29,7 +29,7 @@ MEMORY_BYTES = 1024 * 1024  # a document larger than this is spooled to a tempor
 # The columns of each section (and nested row) that hold compact JSON as stored. By section, as
 # a name may mean JSON in one table and text in another (`tasks.error`, `notification_attempts.error`).
 JSON_COLUMNS = {
-    "workflow": frozenset({"input", "definition_document"}),
+    "workflow": frozenset({"input", "definition_document", "purge_counts"}),
     "activations": frozenset({"result"}),
     "signals": frozenset({"payload", "receipt"}),
     "tasks": frozenset({"result", "error"}),

@@ -45,7 +45,7 @@ from weave.config import Config
 from weave.db import connect
 from weave.errors import Code
 from weave.server import create_server
-from weave.sql import inbound
+from weave.sql import inbound, notifications
 
 pytestmark = pytest.mark.slow
 
@@ -139,6 +139,9 @@ def make_world(flow: Flow, tenant) -> World:
         flow.database, "acme", SOURCE, "app", "psp-bot", "stripe", json.dumps(mapping), ["inventory", "carrier"], None
     )
     inbound.add_secret(flow.database, "acme", SOURCE, KEYRING.encrypt("whsec_" + "0" * 32))
+    notifications.create_subscription(
+        flow.database, "acme", SUBSCRIPTION, "http://127.0.0.1:9/", ["workflow.succeeded"], KEYRING.encrypt("whsec_x")
+    )
     return World(
         token=tenant.token(*auth.SCOPES, queues=("inventory", "carrier"), actor="fuzzer"),
         signal_ids=[receipt["signal_id"] for receipt in receipts],
@@ -162,6 +165,7 @@ INBOUND_OPERATIONS = {
     "GET /v1/namespaces/{namespace}/inbound/{source}/deliveries",
 }
 SOURCE = "psp"
+SUBSCRIPTION = "ops"  # a notification subscription (N1), whose deliveries are listed
 
 # Which real workflow each operation addresses: control and review would otherwise end the
 # workflow the signals are sent to in the first few examples.
@@ -197,6 +201,7 @@ class Fuzzer:
             "task_id": pick.choice(self.world.task_ids),
             "queue": pick.choice(["inventory", "carrier"]),
             "source": SOURCE,
+            "subscription": SUBSCRIPTION,
         }
         for name in params:
             params[name] = real[name]
