@@ -473,7 +473,7 @@ def mark_deciding(tx: Tx, instance_id: int) -> None:
     """Write the instance's row (its `version`), which takes its lock: every unit that locks an
     instance calls it. Queued: it is sent with the unit's next statement, which then runs under
     the lock."""
-    tx.lock_by_writing(MARK_DECIDING, (instance_id,))
+    tx.lock(MARK_DECIDING, (instance_id,))
 
 
 COUNT_STORED_SIGNAL = "UPDATE instances SET signals_stored = signals_stored + 1 WHERE id = %s"

@@ -55,7 +55,7 @@ LOCK_BUCKET = "INSERT INTO route_locks (bucket, version) VALUES (%s, 1) ON DUPLI
 def lock_bucket(tx: Tx, hashed: int) -> None:
     """Lock the route bucket of a business key by writing its row (queued: it runs with the unit's
     next statement, which then holds it)."""
-    tx.lock_by_writing(LOCK_BUCKET, (hashed % ROUTE_BUCKETS,))
+    tx.lock(LOCK_BUCKET, (hashed % ROUTE_BUCKETS,))
 
 
 class Rerouted(Exception):

@@ -237,7 +237,7 @@ def lock_target(tx: Tx, principal: Principal, instance_id: int, queues: list[str
     """Lock the queues of the pinned definition (shared), then the instance (by its mark), and read
     FACTS_UNDER_LOCK: one round trip (S1.3's lock order)."""
     if queues:
-        tx.later(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
+        tx.lock(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
     instances.mark_deciding(tx, instance_id)
     return tx.one(FACTS_UNDER_LOCK, {"instance": instance_id, "key": key, "step": step})
 
@@ -297,7 +297,7 @@ def send_signals(tx: Tx, principal: Principal, sends: list[tuple[str, SignalRequ
         return outcomes
     queues = sorted({queue for _, used in to_lock.values() for queue in used})
     if queues:
-        tx.later(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
+        tx.lock(LOCK_QUEUES_SHARED, (principal.namespace_id, tuple(queues)))
     for instance_id in sorted({instance_id for instance_id, _ in to_lock.values()}):
         instances.mark_deciding(tx, instance_id)
     # Every item's facts in one round trip, under every lock. What an earlier item of the run

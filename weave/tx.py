@@ -50,7 +50,7 @@ class Tx:
     `memo` may be committed (see the module docstring).
 
     A unit that decides nothing writes nothing (K): `decided` turns true with the first write
-    other than a lock taken by writing (`lock_by_writing`) and the bookkeeping of `afterwards`.
+    other than a statement sent only for its locks (`lock`) and the bookkeeping of `afterwards`.
     A unit that ends undecided is rolled back instead of committed, and its bookkeeping is applied
     alone after the rollback, in the same round trip."""
 
@@ -78,10 +78,11 @@ class Tx:
             self._now = database_now if isinstance(self._clock, DatabaseClock) else self._clock.now(self)
         return self._now
 
-    def lock_by_writing(self, sql: str, params: tuple | dict = ()) -> None:
-        """Queue a write whose only purpose is the row lock it takes (and, on Galera, a row that
-        every unit locking it writes: `instances.mark_deciding`); it decides nothing, so a unit
-        that writes nothing else is rolled back."""
+    def lock(self, sql: str, params: tuple | dict = ()) -> None:
+        """Queue a statement sent only for the row locks it takes: a locking read, or a write that
+        every unit locking that row makes (on Galera a lock is certified only by a write:
+        `instances.mark_deciding`). It decides nothing, so a unit that sends nothing else (every
+        item of a batch refused under its lock) is rolled back."""
         self._queued.append((self.cursor.mogrify(sql, params), None))
 
     def afterwards(self, sql: str, params: tuple | dict = (), expect_one: str | None = None) -> None:

@@ -178,6 +178,19 @@ def test_B8_items_for_an_instance_at_its_cap(wf, database, clock):
     ]
 
 
+def test_B8_a_batch_whose_items_are_all_refused_under_the_lock_writes_nothing(wf, database, clock):
+    """Rule K: a unit that decides nothing writes nothing. Refused under the instance's lock (its
+    queues locked first, S1.3), each item is refused as alone, where the refusal rolls back: the
+    instance's row (its `version`, its `updated_at`) is as it was."""
+    instance_id = wf.rows("SELECT id FROM instances")[0]["id"]
+    database.run(lambda tx: tx.execute("UPDATE instances SET signals_stored = 1024 WHERE id = %s", (instance_id,)))
+    before = wf.rows("SELECT * FROM instances")
+    results = raw_results(batch(wf, [addressed("order-1", "k-1"), addressed("order-1", "k-2")]))
+    assert [json.loads(body)["code"] for _, body, _ in results] == ["SIGNAL_LIMIT_REACHED"] * 2
+    assert wf.rows("SELECT * FROM instances") == before
+    assert wf.rows("SELECT COUNT(*) AS n FROM signals") == [{"n": 0}]
+
+
 def open_wait(flow, workflow_id: str, order: str) -> None:
     flow.start(workflow_id, input={"order_id": order})
     flow.scan()
