@@ -107,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         default=(1, 3),
         help="consumption: `weave scan` processes of each run, comma-separated (default 1,3)",
     )
+    parser.add_argument(
+        "--stack-clients",
+        type=lambda text: tuple(int(count) for count in text.split(",")),
+        default=(8,),
+        help="stack: clients of each pair of runs, comma-separated (e.g. 1,8: without and with contention)",
+    )
     parser.add_argument("--e2e-scanners", type=int, default=1, help="e2e: `weave scan` processes")
     parser.add_argument(
         "--e2e-signal",
@@ -185,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sdk": lambda: sdk.run(bench, args.sdk_signals, args.repeat),
                 "purge": lambda: purge.run(bench, args.purge_workflows, args.signals),
                 "stack": lambda: stack.run(
-                    bench, args.signals, args.repeat, args.server_threads, args.server_processes
+                    bench, args.signals, args.repeat, args.server_threads, args.server_processes, args.stack_clients
                 ),
             }
             for name, run in sections.items():  # in this order, on one server

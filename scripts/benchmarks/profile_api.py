@@ -7,7 +7,9 @@ validation, PyMySQL), and the database's is not counted. Each round sends `--sig
 signals (`POST {N}/workflows/{id}/signals`, the bench's body and keys) and `--batches` batches of
 100 (`POST {N}/signal-batches`) to fresh instances of `pay` (`workload.SIGNAL_DEFINITION`); the
 CPU per signal of each is printed per round (`time.process_time`), and with `--profile` the
-cProfile of the last round's singles and batches, top entries by own time and by cumulative time.
+cProfile of the last round's singles and batches: every function's own time summed by the layer
+its code belongs to (PyMySQL, Falcon, jsonschema, Weave's SQL units, …: the layers partition the
+profiled time), then the top entries by own time and by cumulative time.
 
     .venv/bin/python scripts/benchmarks/profile_api.py [--signals 1000] [--batches 10] [--rounds 3] [--profile]
 """
@@ -117,6 +119,47 @@ def cpu_ms_per_signal(work, signals: int, profiler: cProfile.Profile | None, dat
     return (time.process_time() - started) * 1000 / signals, (cpu_seconds(database_pid) - database) * 1000 / signals
 
 
+# The layer a profiled function belongs to, by its file (the first match wins); a C function
+# (file "~") by its name. Own times, so the layers add up to the whole profiled time.
+LAYERS = (
+    ("/pymysql/", "PyMySQL: escaping parameters, sending, parsing answers"),
+    ("/falcon/", "Falcon: routing, request and response objects"),
+    ("/jsonschema/", "jsonschema (bodies the compiled check does not pass)"),
+    ("/referencing/", "jsonschema (bodies the compiled check does not pass)"),
+    ("/weave/sql/", "Weave's SQL units (sql/)"),
+    ("/sql/", "Weave's SQL units (sql/)"),
+    ("/weave/tx.py", "Weave's transactions (Tx, Database)"),
+    ("/weave/db.py", "Weave's transactions (Tx, Database)"),
+    ("/weave/schemas/", "Weave's compiled body checks"),
+    ("/weave/jsontext.py", "JSON (jsontext, json)"),
+    ("/json/", "JSON (jsontext, json)"),
+    ("/weave/rules/", "Weave's rules (pure decisions)"),
+    ("/weave/", "Weave's request handling (resources, middleware, auth, metrics, logs)"),
+    ("socket", "socket calls (the kernel's)"),
+    ("recv", "socket calls (the kernel's)"),
+    ("send", "socket calls (the kernel's)"),
+    ("json", "JSON (jsontext, json)"),
+    ("hash", "hashing (token, digests)"),
+    ("sha", "hashing (token, digests)"),
+)
+
+
+def layer(file: str, function: str) -> str:
+    where = function if file == "~" else file.replace("\\", "/")
+    return next((name for mark, name in LAYERS if mark in where), "Python's library and built-ins (other)")
+
+
+def layers(profiler: cProfile.Profile, title: str, signals: int) -> None:
+    """The profiled own time of `title` per signal, by layer, largest first."""
+    by_layer: dict[str, float] = {}
+    for (file, _line, function), (_cc, _nc, own, _cum, _callers) in pstats.Stats(profiler).stats.items():
+        by_layer[layer(file, function)] = by_layer.get(layer(file, function), 0.0) + own
+    total = sum(by_layer.values())
+    print(f"\n--- {title}: profiled own CPU per signal by layer ({total * 1e6 / signals:.0f} us in all) ---")
+    for name, seconds in sorted(by_layer.items(), key=lambda item: -item[1]):
+        print(f"{seconds * 1e6 / signals:8.0f} us  {seconds / total:5.1%}  {name}")
+
+
 def printed(profiler: cProfile.Profile, title: str, top: int) -> None:
     for order in ("tottime", "cumulative"):
         out = io.StringIO()
@@ -145,7 +188,7 @@ def main() -> None:
             warm = instances(caller, "warm", 1)
             singles(caller, warm, 20, "warm-s")
             batches(caller, warm * BATCH, 1, "warm-b")
-            profiles = {}
+            profiles, profiled_signals = {}, {}
             for round_ in range(args.rounds):
                 profile = args.profile and round_ == args.rounds - 1
                 figures = []
@@ -162,6 +205,7 @@ def main() -> None:
                         server.process.pid,
                     )
                     figures.append((name, ms, database_ms))
+                    profiled_signals[name] = signals
                 shown = ", ".join(
                     f"{name} {ms * 1000:.0f} us (database {db * 1000:.0f} us)" for name, ms, db in figures
                 )
@@ -172,6 +216,7 @@ def main() -> None:
                 )
             for name, profiler in profiles.items():
                 if profiler is not None:
+                    layers(profiler, name, profiled_signals[name])
                     printed(profiler, name, args.top)
             database.close()
         finally:

@@ -7,6 +7,9 @@ parse and validate it against the same request schema, check the bearer token's 
 receipt-sized 201. Weave's single-signal run (`workload.http_sender` over fresh instances of
 `pay`) and the same run against the floor alternate `--repeat` times from 8 clients; the API CPU
 of each is its server's processes' CPU from /proc over the timed run, per signal.
+`--stack-clients 1,8` repeats the pair at each count: from one client neither server's threads
+contend for the cores or the GIL, so the two counts' API CPU tell the code's own cost from what
+concurrency on two cores adds to it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
@@ -49,12 +53,23 @@ def stack_floor(bench: Bench, threads: int, processes: int):
         floor.wait(10)
 
 
-def run(bench: Bench, per_run: int, repeat: int, threads: int, processes: int, clients: int = 8) -> list[dict]:
+def run(
+    bench: Bench, per_run: int, repeat: int, threads: int, processes: int, client_counts: tuple[int, ...] = (8,)
+) -> list[dict]:
+    """`run_with` at each of `client_counts`, in order."""
+    Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)  # 201 once published
+    runs = (f"stack{n}" for n in itertools.count())  # each run's fresh instances
+    return [
+        row for clients in client_counts for row in run_with(bench, per_run, repeat, threads, processes, clients, runs)
+    ]
+
+
+def run_with(
+    bench: Bench, per_run: int, repeat: int, threads: int, processes: int, clients: int, runs: Iterator[str]
+) -> list[dict]:
     """Weave's single signals and the floor's, `per_run` each from `clients` clients over 200
     instances, in `repeat` alternating pairs: the rate row, and the API CPU row (target <= 2)."""
-    Http(bench, bench.client_token).post("/definitions", SIGNAL_DEFINITION)  # 200 once published
     per_client = max(1, per_run // clients)
-    runs = (f"stack{n}" for n in itertools.count())
     with stack_floor(bench, threads, processes) as floor:
         measured = alternate(
             {
@@ -71,7 +86,7 @@ def run(bench: Bench, per_run: int, repeat: int, threads: int, processes: int, c
     )
     weave_api, floor_api = mean_cpu["weave"][0] * 1000, mean_cpu["floor"][0] * 1000
     cpu_row = report(
-        "API CPU per signal, weave vs stack floor",
+        f"API CPU per signal, weave vs stack floor, {clients} clients",
         weave_api,
         floor_api,
         "us/sig",

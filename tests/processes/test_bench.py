@@ -98,11 +98,11 @@ def test_every_bench_section_runs_on_tiny_sizes():
 
 @pytest.mark.skipif(_server_binary() is None, reason="scripts/bench needs mariadbd or mysqld on this machine")
 def test_the_stack_floor_and_the_e2e_signal_shape_run_on_tiny_sizes():
-    """Issue 31 targets 3 and 5: single signals beside the HTTP stack floor (rate and API CPU rows;
-    the floor stores nothing), and TASK -> SIGNAL -> TASK workflows end to end with 2 API processes
+    """Issue 31 targets 3 and 5: single signals beside the HTTP stack floor (rate and API CPU rows
+    at each client count; the floor stores nothing), and TASK -> SIGNAL -> TASK workflows end to end with 2 API processes
     and 3 scanners, every workflow SUCCEEDED with its signal consumed, wasted claims read."""
     with harness.running_weave(threads=4, processes=2) as running:
-        rows = stack.run(running, 8, repeat=1, threads=4, processes=2, clients=2)
+        rows = stack.run(running, 8, repeat=1, threads=4, processes=2, client_counts=(1, 2))
         rows += e2e.run(running, 4, workers=2, scanner_count=3, signal=True)
         stored = running.database.read(
             lambda tx: tx.one(
@@ -113,8 +113,10 @@ def test_the_stack_floor_and_the_e2e_signal_shape_run_on_tiny_sizes():
             )
         )
     assert [row["label"] for row in rows] == [
+        "single signals vs the HTTP stack floor, 1 clients",
+        "API CPU per signal, weave vs stack floor, 1 clients",
         "single signals vs the HTTP stack floor, 2 clients",
-        "API CPU per signal, weave vs stack floor",
+        "API CPU per signal, weave vs stack floor, 2 clients",
         "TASK -> SIGNAL -> TASK workflows end to end, 2 workers, 3 scanner(s)",
     ]
     assert all(row["weave"] > 0 and row["baseline"] > 0 for row in rows if row["unit"] != "us/sig")
