@@ -61,17 +61,11 @@ DELETE_SOURCE = "DELETE FROM inbound_sources WHERE id = %s"
 DELETE_SECRETS = "DELETE FROM inbound_secrets WHERE source_id = %s"
 
 
-def _no_such_source(namespace: str, source: str) -> WeaveError:
-    return WeaveError(Code.NOT_FOUND, f"inbound source {source!r} does not exist in {namespace!r}")
+SOURCE = "inbound source"  # what NOT_FOUND calls it
 
 
 def _lock_source(tx: Tx, namespace: str, source: str) -> tuple[int, dict]:
-    """The namespace's id and the source's row, locked; NOT_FOUND for either."""
-    namespace_id = tenancy.namespace_id_of(tx, namespace)
-    row = tx.one(LOCK_SOURCE, (namespace_id, source))
-    if row is None:
-        raise _no_such_source(namespace, source)
-    return namespace_id, row
+    return tenancy.lock_named(tx, LOCK_SOURCE, SOURCE, namespace, source)
 
 
 @unit_of_work(replay_on=("uq_inbound_sources_name",))
@@ -231,7 +225,7 @@ def list_secrets(tx: Tx, namespace: str, source: str) -> list[dict]:
     """The source's valid secrets, oldest first: their ids and times, never a secret."""
     row = tx.one(SELECT_SOURCE, (tenancy.namespace_id_of(tx, namespace), source))
     if row is None:
-        raise _no_such_source(namespace, source)
+        raise tenancy.no_such(SOURCE, source, namespace)
     return [
         {"secret_id": str(secret["id"]), "created_at": rfc3339(secret["created_at"])}
         for secret in tx.all(SELECT_VALID_SECRETS, (row["id"],))

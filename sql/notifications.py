@@ -124,16 +124,11 @@ DELETE_NOTIFICATIONS = "DELETE FROM notifications WHERE subscription_id = %s"
 DELETE_SUBSCRIPTION = "DELETE FROM notify_subscriptions WHERE id = %s"
 
 
-def _no_such_subscription(namespace: str, name: str) -> WeaveError:
-    return WeaveError(Code.NOT_FOUND, f"notification subscription {name!r} does not exist in {namespace!r}")
+SUBSCRIPTION = "notification subscription"  # what NOT_FOUND calls it
 
 
 def _lock_subscription(tx: Tx, namespace: str, name: str) -> tuple[int, dict]:
-    namespace_id = tenancy.namespace_id_of(tx, namespace)
-    row = tx.one(LOCK_SUBSCRIPTION, (namespace_id, name))
-    if row is None:
-        raise _no_such_subscription(namespace, name)
-    return namespace_id, row
+    return tenancy.lock_named(tx, LOCK_SUBSCRIPTION, SUBSCRIPTION, namespace, name)
 
 
 @unit_of_work(replay_on=("uq_notify_subscriptions_name",))
@@ -284,7 +279,7 @@ def list_deliveries(tx: Tx, namespace: str, name: str, status: str | None, after
     }
     found, rows = tx.all_together((SELECT_SUBSCRIPTION, (namespace_id, name)), (SELECT_DELIVERY_PAGE, params))
     if not found:
-        raise _no_such_subscription(namespace, name)
+        raise tenancy.no_such(SUBSCRIPTION, name, namespace)
     attempts: dict[int, list[dict]] = {row["id"]: [] for row in rows}
     if rows:
         for attempt in tx.all(SELECT_ATTEMPTS, (tuple(attempts),)):

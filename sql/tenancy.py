@@ -32,6 +32,21 @@ def namespace_id_of(tx: Tx, name: str) -> int:
     return row["id"]
 
 
+def no_such(what: str, name: str, namespace: str) -> WeaveError:
+    """NOT_FOUND for a named row of a namespace (an inbound source, a notification subscription)."""
+    return WeaveError(Code.NOT_FOUND, f"{what} {name!r} does not exist in {namespace!r}")
+
+
+def lock_named(tx: Tx, lock: str, what: str, namespace: str, name: str) -> tuple[int, dict]:
+    """The namespace's id and its row called `name`, read by `lock` (its parameters: the namespace
+    id, the name) with the lock it takes; NOT_FOUND for either."""
+    namespace_id = namespace_id_of(tx, namespace)
+    row = tx.one(lock, (namespace_id, name))
+    if row is None:
+        raise no_such(what, name, namespace)
+    return namespace_id, row
+
+
 @unit_of_work(replay_on=("uq_namespaces_name",))
 def create_namespace(tx: Tx, name: str) -> dict:
     if tx.one(SELECT_NAMESPACE, (name,)) is not None:

@@ -475,12 +475,33 @@ def _filtered(req: falcon.Request, name: str, accepted: tuple[str, ...], rule: s
         return Filtered(None, None, exc)
 
 
-def _newest_page(read: Callable[[int, int], list[dict]], after: int | None) -> tuple[list[dict], bool]:
-    """One page of a list read newest first by id, `read(before, limit)` giving the rows with ids
-    below `before`, and whether there is an older page."""
-    before = after if after and after < 2**63 else 2**63 - 1  # the API's cursor: ids below it
+def _render_newest(
+    resp: falcon.Response,
+    template: str,
+    query: Filtered,
+    read: Callable[[int, int], list[dict]],
+    listed: str,
+    cursor: str,
+    url: Callable[..., str],
+    **context,
+) -> None:
+    """A page of a list read newest first by id, `read(before, limit)` giving the rows with ids
+    below `before` (the API's cursor: the query's `after`), rendered with its rows as `listed`
+    (422 with the problem when the filter was refused) and the link to the next older page,
+    `url(after=…)` of its last row's `cursor`."""
+    before = query.after if query.after and query.after < 2**63 else 2**63 - 1
     rows = read(before, LIST_PAGE + 1)
-    return rows[:LIST_PAGE], len(rows) > LIST_PAGE
+    rows, more = rows[:LIST_PAGE], len(rows) > LIST_PAGE
+    _render(
+        resp,
+        template,
+        422 if query.problem else 200,
+        problem=query.problem,
+        has_next=more,
+        next_url=url(after=rows[-1][cursor] if more else None),
+        **{listed: rows},
+        **context,
+    )
 
 
 class FactList(Console):
@@ -494,26 +515,24 @@ class FactList(Console):
         REJECTED ambiguous or by a full instance), newest first, a page at a time by id, through
         the API's own read (`GET {N}/signals`)."""
         query = _filtered(req, "status", signal_rows.UNROUTED_STATUSES, FACT_QUERY[0][1])
-        rows, more = _newest_page(
-            lambda before, limit: signal_rows.list_facts(
-                self.database, visit.principal, query.value, None, None, before, limit
-            ),
-            query.after,
-        )
-        facts = [{**row, "route": routing_rules.where(False, row["disposition"])} for row in rows]
-        _render(
+        _render_newest(
             resp,
             "facts.html",
-            422 if query.problem else 200,
+            query,
+            lambda before, limit: [
+                {**row, "route": routing_rules.where(False, row["disposition"])}
+                for row in signal_rows.list_facts(
+                    self.database, visit.principal, query.value, None, None, before, limit
+                )
+            ],
+            "facts",
+            "id",
+            functools.partial(_list_url, namespace, "signals", status=query.value),
             visit=visit,
             root=ROOT,
             namespace=namespace,
-            problem=query.problem,
             statuses=signal_rows.UNROUTED_STATUSES,
             status=query.value or "",
-            facts=facts,
-            has_next=more,
-            next_url=_list_url(namespace, "signals", status=query.value, after=facts[-1]["id"] if more else None),
         )
 
 
@@ -547,28 +566,22 @@ class DeliveryList(Console):
         """A source's recorded deliveries, newest first, a page at a time by id, through the API's
         own read (`GET {N}/inbound/{source}/deliveries`): an unknown source is 404."""
         query = _filtered(req, "outcome", inbound_resources.OUTCOMES, DELIVERY_QUERY[0][1])
-        rows, more = _newest_page(
+        _render_newest(
+            resp,
+            "deliveries.html",
+            query,
             lambda before, limit: inbound.list_deliveries(
                 self.database, visit.principal, source, query.value, before, limit
             ),
-            query.after,
-        )
-        _render(
-            resp,
-            "deliveries.html",
-            422 if query.problem else 200,
+            "deliveries",
+            "delivery_id",
+            functools.partial(_deliveries_url, namespace, source, outcome=query.value),
             visit=visit,
             root=ROOT,
             namespace=namespace,
             source=source,
-            problem=query.problem,
             outcomes=inbound_resources.OUTCOMES,
             outcome=query.value or "",
-            deliveries=rows,
-            has_next=more,
-            next_url=_deliveries_url(
-                namespace, source, outcome=query.value, after=rows[-1]["delivery_id"] if more else None
-            ),
         )
 
 
@@ -614,28 +627,22 @@ class NotificationList(Console):
         attempts, through the API's own read (`GET {N}/notify/{subscription}/deliveries`): an
         unknown subscription is 404."""
         query = _filtered(req, "status", notify_resources.STATUSES, NOTIFICATION_QUERY[0][1])
-        rows, more = _newest_page(
+        _render_newest(
+            resp,
+            "notifications.html",
+            query,
             lambda before, limit: notifications.list_deliveries(
                 self.database, visit.principal.namespace, subscription, query.value, before, limit
             ),
-            query.after,
-        )
-        _render(
-            resp,
-            "notifications.html",
-            422 if query.problem else 200,
+            "deliveries",
+            "notification_id",
+            functools.partial(_notifications_url, namespace, subscription, status=query.value),
             visit=visit,
             root=ROOT,
             namespace=namespace,
             subscription=subscription,
-            problem=query.problem,
             statuses=notify_resources.STATUSES,
             status=query.value or "",
-            deliveries=rows,
-            has_next=more,
-            next_url=_notifications_url(
-                namespace, subscription, status=query.value, after=rows[-1]["notification_id"] if more else None
-            ),
             workflow_url=functools.partial(_workflow_url, namespace),
         )
 
