@@ -23,6 +23,7 @@ import json
 import pstats
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -92,6 +93,24 @@ def singles(caller: Caller, targets: list[str], count: int, run: str) -> None:
             f"/workflows/{targets[n % len(targets)]}/signals", signal_body("o"), {"Idempotency-Key": f"{run}-{n}"}
         )
         assert status == 201, text
+
+
+def threaded(threads: int, work):
+    """`work(caller, targets, count, run)` shared among `threads` threads at once, each its share
+    of the count and the targets: the app under concurrency (its threads switching on the GIL
+    while others wait on the database), in the same process and without an HTTP server."""
+
+    def run(caller: Caller, targets: list[str], count: int, run: str) -> None:
+        pool = [
+            threading.Thread(target=work, args=(caller, targets[n::threads], count // threads, f"{run}-t{n}"))
+            for n in range(threads)
+        ]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+
+    return run
 
 
 def batches(caller: Caller, targets: list[str], count: int, run: str) -> None:
@@ -177,6 +196,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="cProfile the last round (slower: compare rounds)")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="also send the singles from this many threads at once (compare: 8)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="weave-profile-") as folder:
         server = PrivateServer(Path(folder), fast_and_unsafe=True).start()
@@ -192,14 +214,21 @@ def main() -> None:
             for round_ in range(args.rounds):
                 profile = args.profile and round_ == args.rounds - 1
                 figures = []
-                for name, work, count in (("singles", singles, args.signals), ("batches", batches, args.batches)):
-                    if not count:
+                works = [("singles", singles, args.signals, 200), ("batches", batches, args.batches * BATCH, BATCH)]
+                if args.threads > 1:
+                    works.insert(
+                        1, (f"singles from {args.threads} threads", threaded(args.threads, singles), args.signals, 200)
+                    )
+                for name, work, signals, targeted in works:
+                    if not signals:
                         continue
-                    signals = count if name == "singles" else count * BATCH
-                    targets = instances(caller, f"{name}{round_}", 200 if name == "singles" else BATCH)
-                    profiles[name] = cProfile.Profile(time.process_time) if profile else None
+                    count = signals // BATCH if work is batches else signals
+                    targets = instances(caller, f"r{round_}-{len(figures)}", targeted)
+                    # cProfile sees the thread that enables it: the threaded singles are timed, not profiled
+                    threads = name.startswith("singles from")
+                    profiles[name] = cProfile.Profile(time.process_time) if profile and not threads else None
                     ms, database_ms = cpu_ms_per_signal(
-                        lambda: work(caller, targets, count, f"{name}{round_}"),
+                        lambda: work(caller, targets, count, f"r{round_}-{len(figures)}"),
                         signals,
                         profiles[name],
                         server.process.pid,
@@ -209,7 +238,12 @@ def main() -> None:
                 shown = ", ".join(
                     f"{name} {ms * 1000:.0f} us (database {db * 1000:.0f} us)" for name, ms, db in figures
                 )
-                ratio = f", batches/singles {figures[1][1] / figures[0][1]:.2f}" if len(figures) == 2 else ""
+                by_name = {name: ms for name, ms, _ in figures}
+                ratio = (
+                    f", batches/singles {by_name['batches'] / by_name['singles']:.2f}"
+                    if "batches" in by_name and "singles" in by_name
+                    else ""
+                )
                 print(
                     f"round {round_ + 1}{' (profiled)' if profile else ''}: app CPU per signal {shown}{ratio}",
                     flush=True,
