@@ -593,9 +593,11 @@ ORDER BY s.id DESC LIMIT %(limit)s
 
 UNROUTED_STATUSES = ("PARKED", "EXPIRED", "REJECTED")
 SELECT_FACT_PAGE = _facts_of_status("%(status)s")
+# Each status bound as a parameter of its own range (`status_0`, …: `EACH_STATUS`).
+EACH_STATUS = {f"status_{n}": status for n, status in enumerate(UNROUTED_STATUSES)}
 SELECT_FACT_PAGE_ALL = (
     "SELECT * FROM ("
-    + " UNION ALL ".join(f"({_facts_of_status(repr(status))})" for status in UNROUTED_STATUSES)
+    + " UNION ALL ".join(f"({_facts_of_status(f'%({key})s')})" for key in EACH_STATUS)
     + ") facts ORDER BY id DESC LIMIT %(limit)s"
 )
 
@@ -621,7 +623,7 @@ def list_facts(
         "after": before,
         "limit": limit,
     }
-    return tx.all(SELECT_FACT_PAGE if status else SELECT_FACT_PAGE_ALL, params)
+    return tx.all(SELECT_FACT_PAGE, params) if status else tx.all(SELECT_FACT_PAGE_ALL, params | EACH_STATUS)
 
 
 # ---- consumption: the rows' side of the engine's decision (S2.2-S2.5, S2.8) -------------------------
