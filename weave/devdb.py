@@ -129,6 +129,10 @@ class PrivateServer:
             self._initialise(binary, data, mariadb)
         self._stop_leftover()
         self.port = self.port or remembered_ports(self.datadir / "port", 1)[0]
+        # A server that changes its account itself (`--user`) loses its parent-death signal with
+        # the change (Linux clears it on a change of credentials) and outlives a killed parent: as
+        # root, a server of another account is started as that account instead.
+        account = self.user if self.user is not None and os.geteuid() == 0 else None
         args = [
             binary,
             "--no-defaults",
@@ -145,7 +149,7 @@ class PrivateServer:
             "--max-connections=500",
             f"--innodb-buffer-pool-size={self.buffer_pool}",
             "--skip-log-bin" if mariadb else "--disable-log-bin",
-            *_user_args(self.user),
+            *([] if account else _user_args(self.user)),
             *self.extra_args,
         ]
         if mariadb:
@@ -158,7 +162,8 @@ class PrivateServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            user=account,
+            preexec_fn=die_with_parent,  # after the change of account (`user`), so it stays
         )
         self._wait_until_ready()
         self._allow_tcp_root()

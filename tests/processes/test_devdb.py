@@ -1,6 +1,16 @@
 """The private server: start in a fresh folder, answer on TCP, stop cleanly, restart on the same data."""
 
+import os
+import pwd
+import shutil
+import signal
 import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -29,6 +39,49 @@ def test_private_server_starts_answers_stops_and_restarts_on_its_data(tmp_path):
             cur.execute("SHOW DATABASES LIKE 'kept'")
             assert cur.fetchone() == ("kept",)
         conn.close()
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs: it exists and is not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a server of another account is started so only by root")
+def test_a_server_of_another_account_dies_with_the_process_that_started_it():
+    """A Galera node runs as `mysql` (a server refuses root): started by a process that is then
+    SIGKILLed, it stops too, as a server of the same account does (it used to change account
+    itself, which cleared its parent-death signal, and outlived a killed test run)."""
+    account = devdb._node_account()
+    folder = Path(tempfile.mkdtemp(prefix="weave-devdb-"))  # not below pytest's 0700 folders
+    os.chmod(folder, 0o755)
+    starter = textwrap.dedent(
+        f"""
+        import time
+        from weave import devdb
+        server = devdb.PrivateServer({str(folder / "db")!r}, fast_and_unsafe=True, user={account!r}).start()
+        print(server.process.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        pid = int(parent.stdout.readline())
+        assert pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name == account
+        parent.kill()
+        parent.wait(10)
+        deadline = time.monotonic() + devdb.STOP_TIMEOUT_SECONDS
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(pid), "the server outlived the process that started it"
+    finally:
+        parent.kill()
+        if pid is not None and _running(pid):  # what the test found: not left to the next run
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_missing_binary_names_the_package_to_install(monkeypatch):

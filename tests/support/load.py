@@ -163,8 +163,18 @@ class Workload:
             thread.start()
 
     def finish(self, database: Database, timeout: float) -> None:
-        """Wait until every workflow of the workload succeeded, then stop and join its threads."""
-        wait_until(lambda: all_succeeded(database, self.instances), timeout=timeout, pause=0.5)
+        """Wait until every workflow of the workload succeeded, then stop and join its threads; on
+        a timeout, say how far it got (a workload thread that died leaves its workflows waiting)."""
+        try:
+            wait_until(lambda: all_succeeded(database, self.instances), timeout=timeout, pause=0.5)
+        except AssertionError:
+            statuses = database.read(lambda tx: tx.all("SELECT status, COUNT(*) AS n FROM instances GROUP BY status"))
+            raise AssertionError(
+                f"the workload did not finish in {timeout} s: instances by status"
+                f" { ({row['status']: row['n'] for row in statuses}) }, {len(self.started)} of {self.instances}"
+                f" started, {self.signalled} signalled, threads alive"
+                f" {sum(thread.is_alive() for thread in self._threads)} of {len(self._threads)}"
+            ) from None
         self.join()
 
     def join(self) -> None:
