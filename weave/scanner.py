@@ -1,6 +1,7 @@
 """The scanner loop (K1-K3): five candidate sources (Pulse lease expiry, inbox events, due
 checkpoints, expiring signals and expiring parked facts, B5), each candidate in its own short
-transaction.
+transaction; and the data lifecycle's (L1, L3), whose purge of ended instances takes a batch's
+candidates together and is paced as background work (`PacedPurge`).
 
 One batch: every source lists its oldest due candidates (ids, due times and instances only, no
 locks); the merged list, oldest due first, is cut to `batch_size`; each candidate is processed by
@@ -47,6 +48,7 @@ from weave import metrics
 from weave.config import DEFAULT_SCAN_BATCH_SIZE, DEFAULT_SCAN_IDLE_SECONDS
 from weave.db import Database
 from weave.delivery import Deliveries
+from weave.rules import retention as rules_retention
 from weave.rules import sharing
 from weave.sql import (
     backoff,
@@ -100,6 +102,14 @@ class CandidateSource:
     # A read the listing needs first (in the batch's read, one round trip before the listings):
     # its answer is the listing's third argument.
     prepare: Callable[[Tx], object] | None = None
+    # The batch's candidates of this source go to `process` together, in one call with the tuple of
+    # their ids (`id` is the listing's only argument), which returns each one's decision by id: many
+    # small units in one transaction. It cannot back off one of them: `failures` is None.
+    grouped: bool = False
+
+    def __post_init__(self) -> None:
+        if self.grouped and self.failures is not None:
+            raise ValueError(f"{self.name}: a grouped source has nowhere to back one candidate off")
 
     def due(self, tx: Tx, limit: int) -> list[dict]:
         """Up to `limit` candidates due now, oldest first."""
@@ -133,28 +143,70 @@ SOURCES = (
         routing.count_parked_expiry_due,
     ),
 )
-# Data lifecycle (L1, L3): what ended and is past its namespace's retention goes, a chunk per
-# transaction; each lists at most `retention.PER_BATCH` candidates a batch, so that a backlog
-# (due days ago, sorted first) leaves the batch to the workflows' progress.
-LIFECYCLE = (
-    CandidateSource(
-        "purge",
-        retention.listing_purgeable,
-        retention.purge_instance,
-        None,
-        counts=((retention.PURGED, metrics.PURGED_INSTANCES),),
-        prepare=retention.purgeable_ranges,
-    ),
-    CandidateSource("fact_purge", retention.listing_purgeable_facts, retention.purge_facts, None),
-    CandidateSource(
-        "audit_sweep",
-        retention.listing_audit_sweeps,
-        retention.sweep_audit,
-        None,
-        prepare=retention.swept_namespaces,
-    ),
-)
-SCANNED = (LEASE_EXPIRY, *SOURCES, *LIFECYCLE)  # what a scanner lists; an expired lease goes first among equals
+
+
+class PacedPurge:
+    """The purge of ended instances as background work (L1; docs/decisions.md, "A paced purge"):
+    a batch's candidates purged together (`retention.purge_instances`), those too big for that one
+    chunk at a time alone (`retention.purge_instance`), then a rest so that the purge works at most
+    `share` of the scanner process's wall time (`weave.rules.retention.rest_after`). While it rests
+    its `capacity` is 0: it is not even listed, and takes no slot of a batch."""
+
+    def __init__(self, share: float = 1.0):
+        self.share = share
+        self.resting_until = 0.0  # monotonic
+
+    def capacity(self) -> int:
+        return 0 if time.monotonic() < self.resting_until else retention.PER_BATCH
+
+    def once(self, database: Database, instance_ids: tuple) -> dict[int, str | None]:
+        started = time.monotonic()
+        try:
+            decisions = retention.purge_instances.once(database, instance_ids)
+            for instance_id, decision in decisions.items():
+                if decision == retention.ALONE:
+                    decisions[instance_id] = retention.purge_instance.once(database, instance_id)
+            return decisions
+        finally:
+            now = time.monotonic()
+            self.resting_until = now + rules_retention.rest_after(now - started, self.share)
+
+
+def lifecycle(purge_share: float = 1.0) -> tuple[CandidateSource, ...]:
+    """Data lifecycle (L1, L3): what ended and is past its namespace's retention goes; each source
+    lists at most `retention.PER_BATCH` candidates a batch, so that a backlog (due days ago, sorted
+    first) leaves the batch to the workflows' progress. The purge of instances works at most
+    `purge_share` of the process's time (`PacedPurge`; 1: unpaced, as a one-off batch)."""
+    purge = PacedPurge(purge_share)
+    return (
+        CandidateSource(
+            "purge",
+            retention.listing_purgeable,
+            purge,
+            None,
+            counts=((retention.PURGED, metrics.PURGED_INSTANCES),),
+            capacity=purge.capacity,
+            prepare=retention.purgeable_ranges,
+            grouped=True,
+        ),
+        CandidateSource("fact_purge", retention.listing_purgeable_facts, retention.purge_facts, None),
+        CandidateSource(
+            "audit_sweep",
+            retention.listing_audit_sweeps,
+            retention.sweep_audit,
+            None,
+            prepare=retention.swept_namespaces,
+        ),
+    )
+
+
+def scanned(purge_share: float = 1.0) -> tuple[CandidateSource, ...]:
+    """What a scanner lists; an expired lease goes first among equals."""
+    return (LEASE_EXPIRY, *SOURCES, *lifecycle(purge_share))
+
+
+LIFECYCLE = lifecycle()
+SCANNED = scanned()
 
 
 def notification_source(deliveries: Deliveries) -> CandidateSource:
@@ -361,6 +413,21 @@ class Scanner:
             then = f"backed off until {again.isoformat()}" if again else "it was done after all"
             log.warning("scan %s %s failed: %s; %s", source.name, candidate.id, exc, then)
             return "failed", None
+        return self.decided(source, decision)
+
+    def process_group(self, source: CandidateSource, candidates: list[Candidate]) -> list[tuple[str, str | None]]:
+        """Process a grouped source's candidates in one call; each one's result, as `process`."""
+        ids = tuple(candidate.id for candidate in candidates)
+        self.candidates(source.name).inc(len(ids))
+        try:
+            decisions = source.process.once(self.database, ids)
+        except Exception as exc:  # K2: the whole group is rolled back; the next batch finds it again
+            self.failures(source.name).inc()
+            log.warning("scan %s %s failed: %s; the next batch tries again", source.name, list(ids), exc)
+            return [("failed", None)] * len(ids)
+        return [self.decided(source, decisions.get(candidate_id)) for candidate_id in ids]
+
+    def decided(self, source: CandidateSource, decision: str | None) -> tuple[str, str | None]:
         if decision is None:
             self.skips(source.name).inc()
             return "skipped", None
@@ -376,23 +443,38 @@ class Scanner:
         batch = self.look()
         report.candidates = len(batch)
         report.members, report.taken_over = self.membership.members, self.taken_over
+        # The work, in the batch's order: each candidate alone, a grouped source's all together
+        # where its first one is.
+        work: list[list[Candidate]] = []
+        groups: dict[str, list[Candidate]] = {}
+        for candidate in batch:
+            if not candidate.source.grouped:
+                work.append([candidate])
+            elif candidate.source.name in groups:
+                groups[candidate.source.name].append(candidate)
+            else:
+                work.append(groups.setdefault(candidate.source.name, [candidate]))
 
-        def process(candidate: Candidate) -> tuple[Candidate, tuple[str, str | None] | None]:
+        def process(candidates: list[Candidate]) -> tuple[list[Candidate], list[tuple[str, str | None]] | None]:
             if stop is not None and stop.is_set():
-                return candidate, None
-            return candidate, self.process(candidate)
+                return candidates, None
+            source = candidates[0].source
+            if source.grouped:
+                return candidates, self.process_group(source, candidates)
+            return candidates, [self.process(candidates[0])]
 
-        for candidate, processed in self._pool.map(process, batch) if self._pool else map(process, batch):
+        for candidates, processed in self._pool.map(process, work) if self._pool else map(process, work):
             self.beat_if_due()
             if processed is None:
                 continue
-            name, (result, decision) = candidate.source.name, processed
-            report.by_source[name] = report.by_source.get(name, 0) + 1
-            if result == "done" and candidate.source.tally != "done":
-                by_kind = getattr(report, candidate.source.tally)
-                by_kind[decision] = by_kind.get(decision, 0) + 1
-            else:
-                setattr(report, result, getattr(report, result) + 1)
+            for candidate, (result, decision) in zip(candidates, processed):
+                name = candidate.source.name
+                report.by_source[name] = report.by_source.get(name, 0) + 1
+                if result == "done" and candidate.source.tally != "done":
+                    by_kind = getattr(report, candidate.source.tally)
+                    by_kind[decision] = by_kind.get(decision, 0) + 1
+                else:
+                    setattr(report, result, getattr(report, result) + 1)
         seconds = time.monotonic() - started
         report.millis = seconds * 1000
         metrics.SCANNER_BATCHES.inc()

@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 "peer": lambda: peers.run(bench, args.signals, args.repeat),
                 "batches": lambda: batches.run(bench, args.batch_signals, args.repeat),
                 "sdk": lambda: sdk.run(bench, args.sdk_signals, args.repeat),
-                "purge": lambda: purge.run(bench, args.purge_workflows, args.signals),
+                "purge": lambda: purge.run(bench, args.purge_workflows, args.signals, pairs=args.repeat),
                 "stack": lambda: stack.run(
                     bench, args.signals, args.repeat, args.server_threads, args.server_processes
                 ),
