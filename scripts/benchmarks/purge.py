@@ -8,7 +8,7 @@ import json
 import time
 from statistics import median
 
-from benchmarks.harness import NS, Bench, Http, count_of, percentile, report, scanners
+from benchmarks.harness import NS, Bench, Http, count_of, cpu_seconds, percentile, report, scanners
 from benchmarks.workload import (
     SIGNAL_DEFINITION,
     http_sender,
@@ -92,13 +92,21 @@ def run(
     written: list[float] = []  # rows a second, alone
     purged: list[float] = []  # rows a second, while accepting
     p99s: list[tuple[float, float]] = []
+    # CPU a signal accepted of the API and the database (`timed_sends`), and of the scanner a
+    # second (it purges, and lists every batch), by window: what the purge costs, whatever else
+    # runs on the machine.
+    cpu: dict[str, list[list[float]]] = {"alone": [], "during": []}
     still_purging = workflows
     try:
         ended_workflows(bench, workflows, clients)
         for pair in range(pairs):
             targets = start_signal_targets(bench, f"spa{pair}", instances)
             stored_before = stored_rows(bench)
-            rate, latencies, _ = timed_sends(bench, http_sender, targets, clients, per_client, f"pa{pair}")
+            started, scanner_cpu = time.monotonic(), cpu_seconds(scanner.pid)
+            rate, latencies, split = timed_sends(bench, http_sender, targets, clients, per_client, f"pa{pair}")
+            cpu["alone"].append(
+                [split[0], split[2], (cpu_seconds(scanner.pid) - scanner_cpu) / (time.monotonic() - started)]
+            )
             written.append((stored_rows(bench) - stored_before) / (len(latencies) / rate))
             rates["alone"].append(rate)
             alone += latencies
@@ -106,11 +114,12 @@ def run(
             targets = start_signal_targets(bench, f"spd{pair}", instances)
             purged_before = rows_removed(bench)
             retention.set_retention(bench.database, NS, 0)
-            started = time.monotonic()
+            started, scanner_cpu = time.monotonic(), cpu_seconds(scanner.pid)
             # Nothing watches the purge during the sends: a count every few milliseconds would load
             # the database in this window only.
-            rate, latencies, _ = timed_sends(bench, http_sender, targets, clients, per_client, f"pd{pair}")
+            rate, latencies, split = timed_sends(bench, http_sender, targets, clients, per_client, f"pd{pair}")
             window = time.monotonic() - started
+            cpu["during"].append([split[0], split[2], (cpu_seconds(scanner.pid) - scanner_cpu) / window])
             retention.set_retention(bench.database, NS, None)  # the purge stops at its next look
             purged.append((rows_removed(bench) - purged_before) / window)
             rates["during"].append(rate)
@@ -158,6 +167,9 @@ def run(
         },
     ]
     pooled_alone, pooled_during = percentile(alone, 99) * 1000, percentile(during, 99) * 1000
+    api, database, scanning = (
+        [median(each[part] for each in cpu[window]) for window in ("alone", "during")] for part in range(3)
+    )
     results.append(
         report(
             "purge: acceptance p99 ms while purging, beside without",
@@ -166,7 +178,9 @@ def run(
             "ms",
             f"   (median of {runs} pairs; pair ratios {' '.join(f'{d / a:.2f}' for a, d in p99s)};"
             f" pooled p99 {pooled_during:.1f} and {pooled_alone:.1f} ms;"
-            f" rates {median(rates['during']):.1f} and {median(rates['alone']):.1f} signals/s)",
+            f" rates {median(rates['during']):.1f} and {median(rates['alone']):.1f} signals/s;"
+            f" CPU ms a signal, API {api[1]:.2f} and {api[0]:.2f}, MariaDB {database[1]:.2f} and {database[0]:.2f};"
+            f" the scanner {scanning[1] * 100:.1f} % and {scanning[0] * 100:.1f} % of a core)",
             ratio=median(d / a for a, d in p99s),
             baseline_name="alone",
         )
@@ -174,6 +188,11 @@ def run(
             "pair_ratios": [round(d / a, 3) for a, d in p99s],
             "pooled_p99_ms": {"during": round(pooled_during, 1), "alone": round(pooled_alone, 1)},
             "accepted_while_purging": round(median(rates["during"]), 1),
+            "cpu_ms_per_signal": {
+                "api": {"during": round(api[1], 3), "alone": round(api[0], 3)},
+                "database": {"during": round(database[1], 3), "alone": round(database[0], 3)},
+            },
+            "scanner_cpu_share": {"during": round(scanning[1], 4), "alone": round(scanning[0], 4)},
         }
     )
     return results

@@ -663,7 +663,7 @@ def lifecycle_statements(ids: dict) -> dict[str, tuple[str, object]]:
             "DELETE_INSTANCE": (instance, "SUCCEEDED"),
             # several instances purged in one transaction: each statement reads by IN lists of keys
             "LOCK_ENDED_INSTANCES": (few,),
-            "COUNT_ROWS_OF_INSTANCES": {"ids": few},
+            "COUNT_ROWS_OF_INSTANCES": (few,),
             "DELETE_ATTEMPTS_OF_INSTANCES": (few,),
             "DELETE_INBOX_EVENTS_OF_INSTANCES": (few,),
             "DELETE_TASKS_OF_INSTANCES": (few,),

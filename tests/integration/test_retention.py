@@ -476,15 +476,21 @@ def test_L1_L3_a_group_purge_removes_several_instances_in_one_transaction_with_o
     assert retention.purge_instances(database, ids) == dict.fromkeys(ids)  # nothing left to do
 
 
-def test_L1_L3_a_group_purge_leaves_what_exceeds_one_chunk_to_the_purge_alone_and_resumes_a_cut_purge(
+def test_L1_L3_a_group_purge_leaves_an_instance_bigger_than_a_chunk_to_the_purge_alone_and_resumes_a_cut_one(
     ended, flow, database
 ):
     first, second = instance_ids(flow, "w-1", "w-2")
     whole = {i: rows_left(database, i) for i in (first, second)}
+    # each holds more than one row of some table: neither goes in a group, nothing is deleted
+    assert retention.purge_instances(database, (first, second), chunk_rows=1) == dict.fromkeys(
+        (first, second), retention.ALONE
+    )
+    assert {i: rows_left(database, i) for i in (first, second)} == whole
     assert retention.purge_instance(database, second, chunk_rows=2) == retention.PURGING  # a cut purge
     largest = max(whole[first].values())
+    # each fits a chunk of `largest` rows a table, not both together: the second waits for a later batch
     decisions = retention.purge_instances(database, (first, second), chunk_rows=largest)
-    assert decisions == {first: retention.PURGED, second: retention.ALONE}  # together they hold more
+    assert decisions == {first: retention.PURGED, second: None}
     assert rows_left(database, first) == {} and rows_left(database, second)
     assert retention.purge_instances(database, (second,)) == {second: retention.PURGED}
     assert {r["instance_id"]: r["rows"] for r in purged_records(flow)} == whole  # the cut purge counted once
