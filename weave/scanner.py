@@ -106,6 +106,11 @@ class CandidateSource:
     # their ids (`id` is the listing's only argument), which returns each one's decision by id: many
     # small units in one transaction. It cannot back off one of them: `failures` is None.
     grouped: bool = False
+    # Background work (the purge): () -> when it takes candidates again (monotonic seconds; in the
+    # past while it does not rest). A batch that found only such candidates does not keep the loop
+    # busy (it sleeps as after an idle batch: no listing every few milliseconds for the sake of a
+    # purge that rests), but no longer than until that time.
+    resumes: Callable[[], float] | None = None
 
     def __post_init__(self) -> None:
         if self.grouped and self.failures is not None:
@@ -188,6 +193,7 @@ def lifecycle(purge_share: float = 1.0) -> tuple[CandidateSource, ...]:
             capacity=purge.capacity,
             prepare=retention.purgeable_ranges,
             grouped=True,
+            resumes=lambda: purge.resting_until,
         ),
         CandidateSource("fact_purge", retention.listing_purgeable_facts, retention.purge_facts, None),
         CandidateSource(
@@ -484,6 +490,7 @@ class Scanner:
     def run(self, stop: threading.Event) -> None:
         """Batches until `stop` is set, as a member sharing the candidates; a clean stop leaves."""
         worked_at = time.monotonic()
+        background = [source for source in self.sources if source.resumes is not None]
         while not stop.is_set():
             try:
                 if self.member_id is None:
@@ -501,10 +508,12 @@ class Scanner:
                 extra={"fields": report.fields()},
             )
             now = time.monotonic()
-            if report.candidates:
+            if report.candidates > sum(report.by_source.get(source.name, 0) for source in background):
                 worked_at = now
             if report.candidates < self.batch_size:
-                stop.wait(pause_after(now - worked_at, self.idle_seconds))
+                pause = pause_after(now - worked_at, self.idle_seconds)
+                resuming = [when - now for source in background if (when := source.resumes()) > now]
+                stop.wait(min([pause, *resuming]))
         try:
             self.leave()
         except Exception as exc:  # its heartbeat stops all the same: the others count it out after `sharing.LIVE`
