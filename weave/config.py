@@ -81,7 +81,7 @@ DEFAULT_NOTIFY_TIMEOUT_SECONDS = 10
 # may work (L1; `weave.scanner.PacedPurge`; 1: unpaced). A purge is background work: it must not take
 # the CPU acceptance needs (issue 33: acceptance p99 within 10 % while purging), yet remove rows at
 # least as fast as they are written (docs/decisions.md, "A paced purge").
-DEFAULT_PURGE_SHARE = 0.15
+DEFAULT_PURGE_SHARE = 0.2
 # Connections of one pool: the scanner's (each of its threads holds one) and the admin commands'.
 DEFAULT_POOL_SIZE = 32
 # An API process's pool holds one connection per thread and these beyond (readiness checks, the

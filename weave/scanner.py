@@ -20,7 +20,9 @@ A candidate that fails (deadlock, lock wait timeout, lost connection, any SQL er
 rolled back and backed off on its own row (an expired lease has none: the next batch finds it
 again); the batch goes on. The loop goes on at once after a full
 batch; otherwise it sleeps, briefly while work keeps arriving and longer the longer it has found
-none, up to `idle_seconds` (`pause_after`).
+none, up to `idle_seconds` (`pause_after`); background work (the purge, which rests between its
+transactions: `CandidateSource.resumes`) does not count as work arriving, and the sleep ends when
+its rest does.
 It stops after the current transaction on SIGTERM/SIGINT.
 
 It logs one line per batch that did something and records its metrics (`weave.metrics`; served by
@@ -512,7 +514,9 @@ class Scanner:
                 worked_at = now
             if report.candidates < self.batch_size:
                 pause = pause_after(now - worked_at, self.idle_seconds)
-                resuming = [when - now for source in background if (when := source.resumes()) > now]
+                # a millisecond past the end of the rest: woken a hair early, the batch would not list
+                # the purge and the loop would sleep a whole pause again
+                resuming = [when - now + 0.001 for source in background if (when := source.resumes()) > now]
                 stop.wait(min([pause, *resuming]))
         try:
             self.leave()
