@@ -42,6 +42,27 @@ def record(
     )
 
 
+AUDIT_VALUES = "(%s, %s, %s, NULL, %s, %s, NULL, %s, %s)"
+INSERT_AUDIT_OF_INSTANCES = """
+INSERT INTO audit_records
+  (namespace_id, instance_id, signal_id, credential_id, actor, action, request_digest, at, details)
+VALUES """
+
+
+def record_of_instances(tx: Tx, actor: str, action: str, records: list[tuple[int, int, dict]]) -> None:
+    """Queued like `record`: one record per (namespace_id, instance_id, details) of `records`, in
+    one INSERT (a purge's `workflow.purged` records, one per instance it removed)."""
+    if not records:
+        return
+    now = tx.now()
+    params = tuple(
+        value
+        for namespace_id, instance_id, details in records
+        for value in (namespace_id, instance_id, None, actor, action, now, jsontext.compact(details))
+    )
+    tx.later(INSERT_AUDIT_OF_INSTANCES + ", ".join([AUDIT_VALUES] * len(records)), params)
+
+
 # By the signal's key (index ix_audit_signal); the instance and the action are checked as well, so
 # that only the signal's own acceptance record, written by the same unit as the signal, counts. The
 # index is named: as a dependent subquery the planner may prefer ix_audit_instance for its id order,

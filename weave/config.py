@@ -77,6 +77,11 @@ DEFAULT_NOTIFY_ALLOW_PRIVATE = True
 # An attempt with no answer after this many seconds failed (`WEAVE_NOTIFY_TIMEOUT`); a claim's
 # lease is three of them (`weave.delivery.LEASE_FACTOR`), the longest a crash delays a notification.
 DEFAULT_NOTIFY_TIMEOUT_SECONDS = 10
+# `WEAVE_PURGE_SHARE`: the share of a `weave scan` process's wall time its purge of ended instances
+# may work (L1; `weave.scanner.PacedPurge`; 1: unpaced). A purge is background work: it must not take
+# the CPU acceptance needs (issue 33: acceptance p99 within 10 % while purging), yet remove rows at
+# least as fast as they are written (docs/decisions.md, "A paced purge").
+DEFAULT_PURGE_SHARE = 0.2
 # Connections of one pool: the scanner's (each of its threads holds one) and the admin commands'.
 DEFAULT_POOL_SIZE = 32
 # An API process's pool holds one connection per thread and these beyond (readiness checks, the
@@ -103,6 +108,7 @@ class Config:
     notify_deliveries: int = DEFAULT_NOTIFY_DELIVERIES
     notify_allow_private: bool = DEFAULT_NOTIFY_ALLOW_PRIVATE
     notify_timeout_seconds: int = DEFAULT_NOTIFY_TIMEOUT_SECONDS
+    purge_share: float = DEFAULT_PURGE_SHARE
     # The keys that decrypt inbound sources' secrets (W1); None: the inbound route answers 503. Never shown.
     keyring: Keyring | None = field(default=None, repr=False)
 
@@ -161,6 +167,16 @@ def _flag(variable: str, raw: str) -> bool:
     return raw == "1"
 
 
+def _share(variable: str, raw: str) -> float:
+    try:
+        share = float(raw)
+    except ValueError:
+        share = 0.0
+    if not 0 < share <= 1:
+        raise SystemExit(f"{variable} must be a number above 0 and at most 1 (got {raw!r})")
+    return share
+
+
 def _keyring(variable: str, raw: str) -> Keyring | None:
     try:
         return Keyring.from_env({variable: raw})
@@ -181,7 +197,10 @@ ENVIRONMENT: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "notify_deliveries": ("WEAVE_NOTIFY_DELIVERIES", _positive),
     "notify_allow_private": ("WEAVE_NOTIFY_ALLOW_PRIVATE", _flag),
     "notify_timeout_seconds": ("WEAVE_NOTIFY_TIMEOUT", _positive),  # seconds
+    "purge_share": ("WEAVE_PURGE_SHARE", _share),  # of the scanner's wall time
 }
 # What a scanner (`weave scan`, serving nothing) reads of them: the key that decrypts the
 # subscriptions' secrets and the delivery of notifications.
-SCANNER_SETTINGS = frozenset({"keyring", "notify_deliveries", "notify_allow_private", "notify_timeout_seconds"})
+SCANNER_SETTINGS = frozenset(
+    {"keyring", "notify_deliveries", "notify_allow_private", "notify_timeout_seconds", "purge_share"}
+)

@@ -1,6 +1,7 @@
 """The scanner loop (K1-K3): five candidate sources (Pulse lease expiry, inbox events, due
 checkpoints, expiring signals and expiring parked facts, B5), each candidate in its own short
-transaction.
+transaction; and the data lifecycle's (L1, L3), whose purge of ended instances takes a batch's
+candidates together and is paced as background work (`PacedPurge`).
 
 One batch: every source lists its oldest due candidates (ids, due times and instances only, no
 locks); the merged list, oldest due first, is cut to `batch_size`; each candidate is processed by
@@ -19,7 +20,9 @@ A candidate that fails (deadlock, lock wait timeout, lost connection, any SQL er
 rolled back and backed off on its own row (an expired lease has none: the next batch finds it
 again); the batch goes on. The loop goes on at once after a full
 batch; otherwise it sleeps, briefly while work keeps arriving and longer the longer it has found
-none, up to `idle_seconds` (`pause_after`).
+none, up to `idle_seconds` (`pause_after`); background work (the purge, which rests between its
+transactions: `CandidateSource.resumes`) does not count as work arriving, and the sleep ends when
+its rest does.
 It stops after the current transaction on SIGTERM/SIGINT.
 
 It logs one line per batch that did something and records its metrics (`weave.metrics`; served by
@@ -47,6 +50,7 @@ from weave import metrics
 from weave.config import DEFAULT_SCAN_BATCH_SIZE, DEFAULT_SCAN_IDLE_SECONDS
 from weave.db import Database
 from weave.delivery import Deliveries
+from weave.rules import retention as rules_retention
 from weave.rules import sharing
 from weave.sql import (
     backoff,
@@ -100,6 +104,19 @@ class CandidateSource:
     # A read the listing needs first (in the batch's read, one round trip before the listings):
     # its answer is the listing's third argument.
     prepare: Callable[[Tx], object] | None = None
+    # The batch's candidates of this source go to `process` together, in one call with the tuple of
+    # their ids (`id` is the listing's only argument), which returns each one's decision by id: many
+    # small units in one transaction. It cannot back off one of them: `failures` is None.
+    grouped: bool = False
+    # Background work (the purge): () -> when it takes candidates again (monotonic seconds; in the
+    # past while it does not rest). A batch that found only such candidates does not keep the loop
+    # busy (it sleeps as after an idle batch: no listing every few milliseconds for the sake of a
+    # purge that rests), but no longer than until that time.
+    resumes: Callable[[], float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.grouped and self.failures is not None:
+            raise ValueError(f"{self.name}: a grouped source has nowhere to back one candidate off")
 
     def due(self, tx: Tx, limit: int) -> list[dict]:
         """Up to `limit` candidates due now, oldest first."""
@@ -133,28 +150,71 @@ SOURCES = (
         routing.count_parked_expiry_due,
     ),
 )
-# Data lifecycle (L1, L3): what ended and is past its namespace's retention goes, a chunk per
-# transaction; each lists at most `retention.PER_BATCH` candidates a batch, so that a backlog
-# (due days ago, sorted first) leaves the batch to the workflows' progress.
-LIFECYCLE = (
-    CandidateSource(
-        "purge",
-        retention.listing_purgeable,
-        retention.purge_instance,
-        None,
-        counts=((retention.PURGED, metrics.PURGED_INSTANCES),),
-        prepare=retention.purgeable_ranges,
-    ),
-    CandidateSource("fact_purge", retention.listing_purgeable_facts, retention.purge_facts, None),
-    CandidateSource(
-        "audit_sweep",
-        retention.listing_audit_sweeps,
-        retention.sweep_audit,
-        None,
-        prepare=retention.swept_namespaces,
-    ),
-)
-SCANNED = (LEASE_EXPIRY, *SOURCES, *LIFECYCLE)  # what a scanner lists; an expired lease goes first among equals
+
+
+class PacedPurge:
+    """The purge of ended instances as background work (L1; docs/decisions.md, "A paced purge"):
+    a batch's candidates purged together (`retention.purge_instances`), those too big for that one
+    chunk at a time alone (`retention.purge_instance`), then a rest so that the purge works at most
+    `share` of the scanner process's wall time (`weave.rules.retention.rest_after`). While it rests
+    its `capacity` is 0: it is not even listed, and takes no slot of a batch."""
+
+    def __init__(self, share: float = 1.0):
+        self.share = share
+        self.resting_until = 0.0  # monotonic
+
+    def capacity(self) -> int:
+        return 0 if time.monotonic() < self.resting_until else retention.PER_BATCH
+
+    def once(self, database: Database, instance_ids: tuple) -> dict[int, str | None]:
+        started = time.monotonic()
+        try:
+            decisions = retention.purge_instances.once(database, instance_ids)
+            for instance_id, decision in decisions.items():
+                if decision == retention.ALONE:
+                    decisions[instance_id] = retention.purge_instance.once(database, instance_id)
+            return decisions
+        finally:
+            now = time.monotonic()
+            self.resting_until = now + rules_retention.rest_after(now - started, self.share)
+
+
+def lifecycle(purge_share: float = 1.0) -> tuple[CandidateSource, ...]:
+    """Data lifecycle (L1, L3): what ended and is past its namespace's retention goes; each source
+    lists at most `retention.PER_BATCH` candidates a batch, so that a backlog (due days ago, sorted
+    first) leaves the batch to the workflows' progress. The purge of instances works at most
+    `purge_share` of the process's time (`PacedPurge`; 1: unpaced, as a one-off batch)."""
+    purge = PacedPurge(purge_share)
+    return (
+        CandidateSource(
+            "purge",
+            retention.listing_purgeable,
+            purge,
+            None,
+            counts=((retention.PURGED, metrics.PURGED_INSTANCES),),
+            capacity=purge.capacity,
+            prepare=retention.purgeable_ranges,
+            grouped=True,
+            resumes=lambda: purge.resting_until,
+        ),
+        CandidateSource("fact_purge", retention.listing_purgeable_facts, retention.purge_facts, None),
+        CandidateSource(
+            "audit_sweep",
+            retention.listing_audit_sweeps,
+            retention.sweep_audit,
+            None,
+            prepare=retention.swept_namespaces,
+        ),
+    )
+
+
+def scanned(purge_share: float = 1.0) -> tuple[CandidateSource, ...]:
+    """What a scanner lists; an expired lease goes first among equals."""
+    return (LEASE_EXPIRY, *SOURCES, *lifecycle(purge_share))
+
+
+LIFECYCLE = lifecycle()
+SCANNED = scanned()
 
 
 def notification_source(deliveries: Deliveries) -> CandidateSource:
@@ -361,6 +421,21 @@ class Scanner:
             then = f"backed off until {again.isoformat()}" if again else "it was done after all"
             log.warning("scan %s %s failed: %s; %s", source.name, candidate.id, exc, then)
             return "failed", None
+        return self.decided(source, decision)
+
+    def process_group(self, source: CandidateSource, candidates: list[Candidate]) -> list[tuple[str, str | None]]:
+        """Process a grouped source's candidates in one call; each one's result, as `process`."""
+        ids = tuple(candidate.id for candidate in candidates)
+        self.candidates(source.name).inc(len(ids))
+        try:
+            decisions = source.process.once(self.database, ids)
+        except Exception as exc:  # K2: the whole group is rolled back; the next batch finds it again
+            self.failures(source.name).inc()
+            log.warning("scan %s %s failed: %s; the next batch tries again", source.name, list(ids), exc)
+            return [("failed", None)] * len(ids)
+        return [self.decided(source, decisions.get(candidate_id)) for candidate_id in ids]
+
+    def decided(self, source: CandidateSource, decision: str | None) -> tuple[str, str | None]:
         if decision is None:
             self.skips(source.name).inc()
             return "skipped", None
@@ -376,23 +451,38 @@ class Scanner:
         batch = self.look()
         report.candidates = len(batch)
         report.members, report.taken_over = self.membership.members, self.taken_over
+        # The work, in the batch's order: each candidate alone, a grouped source's all together
+        # where its first one is.
+        work: list[list[Candidate]] = []
+        groups: dict[str, list[Candidate]] = {}
+        for candidate in batch:
+            if not candidate.source.grouped:
+                work.append([candidate])
+            elif candidate.source.name in groups:
+                groups[candidate.source.name].append(candidate)
+            else:
+                work.append(groups.setdefault(candidate.source.name, [candidate]))
 
-        def process(candidate: Candidate) -> tuple[Candidate, tuple[str, str | None] | None]:
+        def process(candidates: list[Candidate]) -> tuple[list[Candidate], list[tuple[str, str | None]] | None]:
             if stop is not None and stop.is_set():
-                return candidate, None
-            return candidate, self.process(candidate)
+                return candidates, None
+            source = candidates[0].source
+            if source.grouped:
+                return candidates, self.process_group(source, candidates)
+            return candidates, [self.process(candidates[0])]
 
-        for candidate, processed in self._pool.map(process, batch) if self._pool else map(process, batch):
+        for candidates, processed in self._pool.map(process, work) if self._pool else map(process, work):
             self.beat_if_due()
             if processed is None:
                 continue
-            name, (result, decision) = candidate.source.name, processed
-            report.by_source[name] = report.by_source.get(name, 0) + 1
-            if result == "done" and candidate.source.tally != "done":
-                by_kind = getattr(report, candidate.source.tally)
-                by_kind[decision] = by_kind.get(decision, 0) + 1
-            else:
-                setattr(report, result, getattr(report, result) + 1)
+            for candidate, (result, decision) in zip(candidates, processed):
+                name = candidate.source.name
+                report.by_source[name] = report.by_source.get(name, 0) + 1
+                if result == "done" and candidate.source.tally != "done":
+                    by_kind = getattr(report, candidate.source.tally)
+                    by_kind[decision] = by_kind.get(decision, 0) + 1
+                else:
+                    setattr(report, result, getattr(report, result) + 1)
         seconds = time.monotonic() - started
         report.millis = seconds * 1000
         metrics.SCANNER_BATCHES.inc()
@@ -402,6 +492,7 @@ class Scanner:
     def run(self, stop: threading.Event) -> None:
         """Batches until `stop` is set, as a member sharing the candidates; a clean stop leaves."""
         worked_at = time.monotonic()
+        background = [source for source in self.sources if source.resumes is not None]
         while not stop.is_set():
             try:
                 if self.member_id is None:
@@ -419,10 +510,14 @@ class Scanner:
                 extra={"fields": report.fields()},
             )
             now = time.monotonic()
-            if report.candidates:
+            if report.candidates > sum(report.by_source.get(source.name, 0) for source in background):
                 worked_at = now
             if report.candidates < self.batch_size:
-                stop.wait(pause_after(now - worked_at, self.idle_seconds))
+                pause = pause_after(now - worked_at, self.idle_seconds)
+                # a millisecond past the end of the rest: woken a hair early, the batch would not list
+                # the purge and the loop would sleep a whole pause again
+                resuming = [when - now + 0.001 for source in background if (when := source.resumes()) > now]
+                stop.wait(min([pause, *resuming]))
         try:
             self.leave()
         except Exception as exc:  # its heartbeat stops all the same: the others count it out after `sharing.LIVE`

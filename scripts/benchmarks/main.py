@@ -1,7 +1,7 @@
 """Benchmarks: Weave over HTTP beside a raw PyMySQL baseline doing the same statements, same run.
 
     scripts/bench [--only pulse|e2e|signals|routing|latency|consumption|peer|batches|sdk|purge|scale|validation|hostile] [--json FILE]   (--help lists every option)
-    scripts/bench --only purge --purge-workflows 5000   (purge throughput beside acceptance, p99 while purging)
+    scripts/bench --only purge --purge-workflows 6000   (purge rows/s beside rows/s written, acceptance p99 while purging; --repeat pairs)
     scripts/bench --only scale --scale-signals 1000000   (flat cost: the figures at a million stored signals)
     scripts/bench --only signals --against main      (signal acceptance: this checkout against a revision)
     scripts/bench --only peer                        (signal acceptance beside DBOS Transact's `send`)
@@ -99,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sdk-signals", type=int, default=1000, help="sdk: signals per run from one thread")
     parser.add_argument("--consumption-signals", type=int, default=2000, help="signals per consumption run")
     parser.add_argument(
-        "--purge-workflows", type=int, default=3000, help="purge: ended workflows purged while signals are accepted"
+        "--purge-workflows",
+        type=int,
+        default=6000,
+        help="purge: ended workflows waiting for their purge (72,000 rows: a backlog that lasts --repeat 3 windows)",
     )
     parser.add_argument(
         "--consumption-scanners",
@@ -189,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 "peer": lambda: peers.run(bench, args.signals, args.repeat),
                 "batches": lambda: batches.run(bench, args.batch_signals, args.repeat),
                 "sdk": lambda: sdk.run(bench, args.sdk_signals, args.repeat),
-                "purge": lambda: purge.run(bench, args.purge_workflows, args.signals),
+                "purge": lambda: purge.run(bench, args.purge_workflows, args.signals, pairs=args.repeat),
                 "stack": lambda: stack.run(
                     bench, args.signals, args.repeat, args.server_threads, args.server_processes, args.stack_clients
                 ),

@@ -387,6 +387,11 @@ def test_connection_limits_come_from_the_flag_the_environment_or_the_default(
             configured("serve")
 
 
+def purge_share(sources) -> float:
+    """The share of its time a scanner made with `sources` lets its purge work (L1)."""
+    return next(source for source in sources if source.name == "purge").process.share
+
+
 def test_config_reads_the_environment_once_and_the_flags_go_over_it(monkeypatch):
     """Issue 27 item 4: `Config.from_env()` is where the environment is read; a flag given wins,
     a flag absent (None) leaves the variable or the named default; a scanner reads none of the
@@ -427,6 +432,7 @@ def test_config_reads_the_environment_once_and_the_flags_go_over_it(monkeypatch)
     args = build_parser().parse_args(["scan", "--once", "--database-url", "mysql://u@127.0.0.1:1/db"])
     assert cmd_scan(args) == 0
     deliveries = made.pop("deliveries")
+    assert purge_share(made.pop("sources")) == settings.DEFAULT_PURGE_SHARE  # L1: a paced purge
     assert made == {
         "batch_size": settings.DEFAULT_SCAN_BATCH_SIZE,
         "idle_seconds": settings.DEFAULT_SCAN_IDLE_SECONDS,
@@ -450,6 +456,15 @@ def test_config_reads_the_environment_once_and_the_flags_go_over_it(monkeypatch)
         cmd_scan(args)
     monkeypatch.delenv("WEAVE_NOTIFY_ALLOW_PRIVATE")
     monkeypatch.delenv("WEAVE_NOTIFY_DELIVERIES")
+    monkeypatch.setenv("WEAVE_PURGE_SHARE", "1")  # L1: unpaced
+    assert cmd_scan(args) == 0
+    assert purge_share(made["sources"]) == 1.0
+    made.pop("deliveries").close()
+    for wrong_share in ("0", "1.5", "half"):
+        monkeypatch.setenv("WEAVE_PURGE_SHARE", wrong_share)
+        with pytest.raises(SystemExit, match="WEAVE_PURGE_SHARE must be a number above 0 and at most 1"):
+            cmd_scan(args)
+    monkeypatch.delenv("WEAVE_PURGE_SHARE")
     args = build_parser().parse_args(
         ["scan", "--once", "--threads", "2", "--idle-seconds", "1.5", "--database-url", "mysql://u@127.0.0.1:1/db"]
     )

@@ -3,6 +3,7 @@ every table counted before and after a purge; chunks cut mid-way; two scanners a
 retention; the command and the backlog."""
 
 import threading
+import time
 
 import pytest
 from helpers import payment, signal_flow_definition, task_steps
@@ -12,7 +13,7 @@ from test_routing import fact, route
 from weave import jsontext
 from weave.db import connect
 from weave.errors import WeaveError
-from weave.scanner import LIFECYCLE, Scanner, backlog
+from weave.scanner import LIFECYCLE, Scanner, backlog, lifecycle
 from weave.sql import retention
 
 RETENTION_DAYS = 3
@@ -458,3 +459,68 @@ def test_L1_a_signal_sent_between_two_chunks_goes_with_the_instance_and_one_afte
     gone = flow.send("w-1", "late-2", payment("o-w-1"))
     assert gone.status_code == 404 and gone.json["code"] == "WORKFLOW_NOT_FOUND", gone.text
     assert flow.rows("SELECT workflow_id FROM instances") == [{"workflow_id": "w-2"}]
+
+
+# ---- several instances in one transaction, and a paced purge -------------------------------------------
+
+
+def test_L1_L3_a_group_purge_removes_several_instances_in_one_transaction_with_one_record_each(ended, flow, database):
+    ids = instance_ids(flow, "w-1", "w-2")
+    whole = {i: rows_left(database, i) for i in ids}
+    decisions = retention.purge_instances(database, tuple(reversed(ids)))
+    assert decisions == dict.fromkeys(ids, retention.PURGED)
+    assert flow.rows("SELECT id FROM instances") == []
+    assert {i: rows_left(database, i) for i in ids} == {i: {} for i in ids}
+    records = purged_records(flow)
+    assert {r["instance_id"]: r["rows"] for r in records} == whole
+    assert retention.purge_instances(database, ids) == dict.fromkeys(ids)  # nothing left to do
+
+
+def test_L1_L3_a_group_purge_leaves_an_instance_bigger_than_a_chunk_to_the_purge_alone_and_resumes_a_cut_one(
+    ended, flow, database
+):
+    first, second = instance_ids(flow, "w-1", "w-2")
+    whole = {i: rows_left(database, i) for i in (first, second)}
+    # each holds more than one row of some table: neither goes in a group, nothing is deleted
+    assert retention.purge_instances(database, (first, second), chunk_rows=1) == dict.fromkeys(
+        (first, second), retention.ALONE
+    )
+    assert {i: rows_left(database, i) for i in (first, second)} == whole
+    assert retention.purge_instance(database, second, chunk_rows=2) == retention.PURGING  # a cut purge
+    largest = max(whole[first].values())
+    # each fits a chunk of `largest` rows a table, not both together: the second waits for a later batch
+    decisions = retention.purge_instances(database, (first, second), chunk_rows=largest)
+    assert decisions == {first: retention.PURGED, second: None}
+    assert rows_left(database, first) == {} and rows_left(database, second)
+    assert retention.purge_instances(database, (second,)) == {second: retention.PURGED}
+    assert {r["instance_id"]: r["rows"] for r in purged_records(flow)} == whole  # the cut purge counted once
+
+
+def test_L1_a_group_purge_skips_an_instance_another_transaction_holds_and_purges_the_others(
+    ended, flow, database, migrated_url
+):
+    first, second = instance_ids(flow, "w-1", "w-2")
+    holder = connect(migrated_url)
+    try:
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT id FROM instances WHERE id = %s FOR UPDATE", (first,))
+            decisions = retention.purge_instances.once(database, (first, second))
+        holder.rollback()
+    finally:
+        holder.close()
+    assert decisions == {first: None, second: retention.PURGED}
+    assert instance_ids(flow, "w-1") == (first,)
+
+
+def test_L1_a_paced_purge_rests_after_its_work_and_is_not_listed_while_it_rests(ended, flow, database):
+    sources = lifecycle(purge_share=0.001)
+    purge = sources[0].process
+    scanner = Scanner(database, sources=sources, batch_size=1)
+    assert scanner.run_once().by_source == {"purge": 1}
+    assert purge.capacity() == 0 and purge.resting_until > time.monotonic()
+    assert scanner.run_once().candidates == 0  # the other instance waits: the purge rests
+    assert len(flow.rows("SELECT id FROM instances")) == 1
+    purge.resting_until = 0.0  # its rest is over
+    assert scanner.run_once().by_source == {"purge": 1}
+    assert flow.rows("SELECT id FROM instances") == []

@@ -2,6 +2,8 @@
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from weave.rules import retention
 
 NOW = datetime(2026, 12, 1, 12, 0, 0)
@@ -34,3 +36,25 @@ def test_L1_a_pass_takes_the_leading_rows_past_the_limit_and_stops_at_the_first_
     assert retention.leading_past([young, old], limit) == 0
     assert retention.leading_past([old, NOW], limit) == 2
     assert retention.leading_past([], limit) == 0
+
+
+def test_L1_a_group_purge_takes_the_leading_instances_that_fit_one_chunk_of_each_table():
+    small = {"events": 4, "signals": 1}
+    assert retention.fitting([small] * 5, 20) == 5
+    assert retention.fitting([small] * 5, 8) == 2  # 3 would hold 12 events
+    assert retention.fitting([{"events": 30}, small], 20) == 0  # the first is too big: it goes alone
+    assert retention.fitting([small, {"events": 17}, small], 20) == 1  # in order: the big one stops the group
+    assert retention.fitting([], 20) == 0
+
+
+def test_L1_a_paced_purge_rests_so_that_it_works_at_most_its_share_of_the_time():
+    assert retention.rest_after(0.01, 0.05) == pytest.approx(0.19)  # 10 ms of work in 200 ms
+    assert retention.rest_after(0.02, 0.05) == pytest.approx(0.38)  # slowed down: rests longer
+    assert retention.rest_after(0.01, 0.5) == pytest.approx(0.01)
+    for share in (0.01, 0.1, 0.3):
+        work = 0.004
+        assert work / (work + retention.rest_after(work, share)) == pytest.approx(share)
+
+
+def test_L1_a_share_of_one_is_an_unpaced_purge():
+    assert retention.rest_after(0.5, 1.0) == 0.0

@@ -17,7 +17,7 @@ from weave.config import Config
 from weave.db import Database
 from weave.dburl import DatabaseUrl
 from weave.errors import Code, WeaveError
-from weave.scanner import Scanner
+from weave.scanner import Scanner, scanned
 from weave.secretbox import SECRET_KEY_VARIABLE, Keyring, new_key
 from weave.sql import definitions, tenancy
 
@@ -134,7 +134,11 @@ def _run(args, listener, base: str) -> int:
         stop = threading.Event()
         scanning = Config.from_env(serving=False)  # the key written above, the notifications' settings
         scanner_database = Database(scanner_url, pool_size=scanning.pool_size + scanning.notify_deliveries)
-        scanning_loop = Scanner(scanner_database, deliveries=deliveries_of(scanning, scanner_database))
+        scanning_loop = Scanner(
+            scanner_database,
+            sources=scanned(scanning.purge_share),
+            deliveries=deliveries_of(scanning, scanner_database),
+        )
         scanner = threading.Thread(target=scanning_loop.run, args=(stop,), name="scanner", daemon=True)
         scanner.start()
         try:

@@ -14,7 +14,7 @@ from weave.config import Config
 from weave.db import Database
 from weave.dburl import DatabaseUrl
 from weave.delivery import Deliveries
-from weave.scanner import Scanner, backlog
+from weave.scanner import Scanner, backlog, scanned
 
 log = logging.getLogger("weave.cli")
 
@@ -74,6 +74,7 @@ def cmd_scan(args) -> int:
     database = Database(args.database_url, pool_size=config.pool_size + config.notify_deliveries)
     scanner = Scanner(
         database,
+        sources=scanned(config.purge_share),
         batch_size=config.scan_batch_size,
         idle_seconds=config.scan_idle_seconds,
         threads=config.scan_threads,

@@ -50,3 +50,29 @@ def leading_past(times: list[datetime], limit: datetime) -> int:
         if when > limit:
             return index
     return len(times)
+
+
+def fitting(rows: list[dict[str, int]], chunk_rows: int) -> int:
+    """How many of the instances whose rows are counted in `rows` (table -> rows, one dict per
+    instance, in the order they are taken) one purge transaction takes together: the leading ones
+    that hold at most `chunk_rows` rows of each table between them, like one chunk of one instance."""
+    total: dict[str, int] = {}
+    for taken, counts in enumerate(rows):
+        for table, n in counts.items():
+            total[table] = total.get(table, 0) + n
+            if total[table] > chunk_rows:
+                return taken
+    return len(rows)
+
+
+# ---- pacing (docs/decisions.md, "A paced purge") ----------------------------------------------------
+
+
+def rest_after(work_seconds: float, share: float) -> float:
+    """The rest after a purge transaction that took `work_seconds`, so that work is at most
+    `share` of the wall time (pt-archiver's `--sleep-coef`, with the coefficient (1 - share) /
+    share): a transaction slowed down by a busy server is followed by a longer rest. A share of 1
+    (or more): no rest."""
+    if share >= 1:
+        return 0.0
+    return work_seconds * (1 - share) / share
