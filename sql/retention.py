@@ -176,9 +176,15 @@ FROM instances i
 WHERE i.id = %s
 FOR UPDATE SKIP LOCKED
 """
-COUNT_LIVE_TASKS = """
-SELECT COUNT(*) AS n FROM step_activations a JOIN tasks t ON t.activation_id = a.id
-WHERE a.instance_id = %s AND t.status IN ('QUEUED', 'RUNNING')
+# What an ended instance's purge waits for (`rules.waits`): its tasks still QUEUED or RUNNING (a
+# task holds its queue's permit until it ends), and the newest of its notifications still to be
+# sent (N2: a `workflow.*` notification written as it ended goes out before the purge, even with a
+# retention of 0 days; for `rules.NOTIFICATION_GRACE` at most).
+UNSENT_AT = "(SELECT MAX(n.occurred_at) FROM notifications n WHERE n.instance_id = {id} AND n.status = 'PENDING')"
+COUNT_LIVE = f"""
+SELECT (SELECT COUNT(*) FROM step_activations a JOIN tasks t ON t.activation_id = a.id
+        WHERE a.instance_id = %(id)s AND t.status IN ('QUEUED', 'RUNNING')) AS live,
+       {UNSENT_AT.format(id="%(id)s")} AS unsent_at
 """
 SELECT_NOTIFICATION_IDS = "SELECT id FROM notifications WHERE instance_id = %s LIMIT %s"
 # `tasks` has no index on instance_id: an instance's tasks are found by its activations' ids.
@@ -258,7 +264,7 @@ def purge_instance(tx: Tx, instance_id: int, chunk_rows: int = rules.CHUNK_ROWS)
     # worth of the ids that its children are deleted by.
     found, live, notifications, tasks_ = tx.all_together(
         (LOCK_ENDED_INSTANCE, (instance_id,)),
-        (COUNT_LIVE_TASKS, (instance_id,)),
+        (COUNT_LIVE, {"id": instance_id}),
         (SELECT_NOTIFICATION_IDS, (instance_id, chunk_rows)),
         (SELECT_TASK_IDS, (instance_id, chunk_rows)),
     )
@@ -268,8 +274,8 @@ def purge_instance(tx: Tx, instance_id: int, chunk_rows: int = rules.CHUNK_ROWS)
     tx.now_read_with(instance.pop("now"))  # read after the lock was taken
     if not rules.past_retention(instance["ended_at"], instance["retention_days"], tx.now()):
         return None  # the retention was lengthened, or set to forever, since the listing
-    if live[0]["n"]:
-        return None  # its permit is released when the lease ends or the worker reports
+    if rules.waits(live[0]["live"], live[0]["unsent_at"], tx.now()):
+        return None  # a task still holds its permit, or a notification is still to be sent
     notification_ids, task_ids = tuple(row["id"] for row in notifications), tuple(row["id"] for row in tasks_)
     deletes = _chunk(instance, notification_ids, task_ids, chunk_rows)
     removed = tx.execute_together(*((sql, params) for _, sql, params, _ in deletes))
@@ -307,7 +313,7 @@ def purge_instance(tx: Tx, instance_id: int, chunk_rows: int = rules.CHUNK_ROWS)
 LOCK_ENDED_INSTANCES = LOCK_ENDED_INSTANCE.replace("WHERE i.id = %s\n", "WHERE i.id IN %s\nORDER BY i.id\n")
 # The rows of each instance, table by table, one row per instance (read after the lock, in the
 # same round trip: every writer of them but a notification attempt takes the instance lock
-# first), and its tasks still QUEUED or RUNNING (`live`). One row an instance, not one a table and
+# first), and what its purge waits for (`live`, `unsent_at`, as COUNT_LIVE). One row an instance, not one a table and
 # instance: the scanner's CPU goes mostly to reading rows (PyMySQL parses each packet).
 _ROWS_BY_TABLE = (
     ("notification_attempts", "notifications n JOIN notification_attempts a ON a.notification_id = n.id", "n", ""),
@@ -344,6 +350,7 @@ COUNT_ROWS_OF_INSTANCES = (
         f"  (SELECT COUNT(*) FROM {source} WHERE {alias}.instance_id = i.id{condition}) AS {table}"
         for table, source, alias, condition in _ROWS_BY_TABLE
     )
+    + f",\n  {UNSENT_AT.format(id='i.id')} AS unsent_at"
     + "\nFROM instances i WHERE i.id IN %s"
 )
 # Children first, as `_chunk`; then the audit records the sweep passed, by namespace
@@ -393,9 +400,9 @@ def purge_instances(tx: Tx, instance_ids: tuple, chunk_rows: int = rules.CHUNK_R
         return decisions
     tx.now_read_with(found[0]["now"])  # read after the locks were taken
     rows = {row["id"]: {table: row[table] for table in COUNTED_TABLES if row[table]} for row in counted}
-    live = {
-        row["id"] for row in counted if row["live"]
-    }  # its permit is released when the lease ends or the worker reports
+    # a task still holds its permit (until its lease ends or its worker reports), or a notification
+    # is still to be sent: as COUNT_LIVE
+    live = {row["id"] for row in counted if rules.waits(row["live"], row["unsent_at"], tx.now())}
     purgeable = [
         instance
         for instance in found

@@ -646,7 +646,7 @@ def lifecycle_statements(ids: dict) -> dict[str, tuple[str, object]]:
             "NO_CANDIDATES": (),
             "PURGEABLE_RANGE": (3, namespace, "SUCCEEDED", now, 25),
             "LOCK_ENDED_INSTANCE": (instance,),
-            "COUNT_LIVE_TASKS": (instance,),
+            "COUNT_LIVE": {"id": instance},
             "SELECT_NOTIFICATION_IDS": (instance, 500),
             "DELETE_NOTIFICATION_ATTEMPTS": (few,),
             "DELETE_NOTIFICATIONS": (few,),

@@ -142,12 +142,13 @@ def poll_instance(flow, workflow_id: str, finish: bool = True) -> None:
 
 
 def notify_rows(database, instance_ids) -> None:
-    """Two notifications per instance (one delivered, one pending), one attempt each (migration 0021)."""
+    """Two notifications per instance (one delivered, one dropped: settled, so the purge does not
+    wait for them), one attempt each (migration 0021)."""
 
     def insert(tx):
         now = tx.now()
         for instance_id in instance_ids:
-            for status in ("DELIVERED", "PENDING"):
+            for status in ("DELIVERED", "DROPPED"):
                 notification = tx.insert(
                     "INSERT INTO notifications (subscription_id, namespace_id, instance_id, event_type, webhook_id,"
                     " occurred_at, body, status, due_at, attempts) SELECT 1, namespace_id, id, 'workflow.succeeded',"
@@ -373,6 +374,41 @@ def test_L1_an_instance_whose_task_still_runs_is_purged_once_the_task_ended(flow
     purge_all(database)
     assert flow.rows("SELECT id FROM instances") == []
     assert flow.rows("SELECT permits_in_use FROM queues WHERE name = 'inventory'") == [{"permits_in_use": 0}]
+
+
+def set_notifications(database, status: str, due_at=None) -> None:
+    database.run(lambda tx: tx.execute("UPDATE notifications SET status = %s, due_at = %s", (status, due_at)))
+
+
+def purge_pass(database) -> None:
+    """One batch of the lifecycle sources (an instance the purge waits for is listed again by the next)."""
+    Scanner(database, sources=LIFECYCLE).run_once()
+
+
+@pytest.mark.parametrize("then", ["DELIVERED", "DROPPED", "a day later"])
+def test_L1_N2_an_instance_whose_notification_is_still_to_be_sent_is_purged_once_it_was_sent(
+    ended, flow, database, clock, then
+):
+    """A `workflow.*` notification written as the workflow ended is not taken by the purge before
+    it was delivered or dropped with its subscription, alone or in a group; for a day at most, so
+    that an endpoint down for good does not keep the workflow forever."""
+    notify_rows(database, (ended,))
+    set_notifications(database, "PENDING", clock.now())
+    assert retention.purge_instance(database, ended) is None
+    purge_pass(database)
+    assert flow.rows("SELECT workflow_id FROM instances") == [{"workflow_id": "w-1"}]  # w-2 went
+    assert rows_left(database, ended)["notifications"] == 2
+    clock.advance(86_399)
+    purge_pass(database)
+    assert flow.rows("SELECT workflow_id FROM instances") == [{"workflow_id": "w-1"}]
+    if then == "a day later":
+        clock.advance(1)
+    else:
+        set_notifications(database, then)
+    purge_all(database)
+    assert flow.rows("SELECT id FROM instances") == []
+    assert rows_left(database, ended) == {}
+    assert [r["rows"]["notifications"] for r in purged_records(flow) if r["workflow_id"] == "w-1"] == [2]
 
 
 def test_L1_a_purge_neither_waits_for_nor_blocks_a_transaction_that_holds_the_instance(

@@ -58,3 +58,11 @@ def test_L1_a_paced_purge_rests_so_that_it_works_at_most_its_share_of_the_time()
 
 def test_L1_a_share_of_one_is_an_unpaced_purge():
     assert retention.rest_after(0.5, 1.0) == 0.0
+
+
+def test_L1_N2_a_purge_waits_for_a_live_task_and_for_an_unsent_notification_for_a_day_at_most():
+    now = datetime(2026, 12, 2, 12, 0)
+    assert retention.waits(1, None, now)
+    assert not retention.waits(0, None, now)
+    assert retention.waits(0, now - timedelta(hours=23, minutes=59), now)
+    assert not retention.waits(0, now - retention.NOTIFICATION_GRACE, now)

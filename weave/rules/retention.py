@@ -19,6 +19,18 @@ ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
 # The facts of no instance that are settled for good (§14): a PARKED one may still be taken.
 SETTLED_FACTS = ("EXPIRED", "REJECTED")
 MAX_DAYS = 36_500  # a hundred years: beyond it, say forever
+# How long a purge waits for a notification of the instance still to be sent (N2), from the change
+# it tells of: long enough for a delivery to a working endpoint (seconds) and a day of its retries;
+# bounded, so that an endpoint down for good does not keep a namespace's ended workflows forever
+# (the purge takes the oldest first: those it waits for hold back the rest of their range).
+NOTIFICATION_GRACE = timedelta(days=1)
+
+
+def waits(live_tasks: int, unsent_at: datetime | None, now: datetime) -> bool:
+    """Whether an ended instance's purge waits: a task of it still QUEUED or RUNNING (it holds its
+    queue's permit), or a notification still to be sent of a change less than NOTIFICATION_GRACE
+    ago (`unsent_at`: the newest such change; None when none is unsent)."""
+    return bool(live_tasks) or (unsent_at is not None and now - unsent_at < NOTIFICATION_GRACE)
 
 
 def audit_days(retention_days: int | None, audit_retention_days: int | None) -> int | None:
