@@ -22,20 +22,8 @@ from weave.sql import retention
 
 PREFIX = "pur"
 # What a namespace stores, of its instances and of the facts and records of them: a row added to
-# any of these is growth the purge must take away.
-STORED = (
-    "instances",
-    "step_activations",
-    "waits",
-    "signals",
-    "tasks",
-    "inbox_events",
-    "checkpoints",
-    "events",
-    "notifications",
-    "notification_attempts",
-    "audit_records",
-)
+# any of these is growth the purge must take away (the tables it counts, as it purges them).
+STORED = ("instances", *retention.COUNTED_TABLES)
 
 
 def ended_workflows(bench: Bench, count: int, clients: int) -> None:
