@@ -173,7 +173,8 @@ class Workload:
                 f"the workload did not finish in {timeout} s: instances by status"
                 f" { ({row['status']: row['n'] for row in statuses}) }, {len(self.started)} of {self.instances}"
                 f" started, {self.signalled} signalled, threads alive"
-                f" {sum(thread.is_alive() for thread in self._threads)} of {len(self._threads)}"
+                f" {sum(thread.is_alive() for thread in self._threads)} of {len(self._threads)};"
+                f" where the first unfinished ones stand: {database.read(unfinished)}"
             ) from None
         self.join()
 
@@ -339,6 +340,30 @@ ONCE_PER_INSTANCE = {
     "SIGNAL_CONSUMED": 1,
     "WORKFLOW_SUCCEEDED": 1,
 }
+
+
+# Where an unfinished instance stands, table by table: what the next step of its progress would be
+# (a due checkpoint or inbox event, a task to claim, a wait and the signals for it).
+WHERE_IT_STANDS = {
+    "activations": "SELECT * FROM step_activations WHERE instance_id = %s ORDER BY id",
+    "waits": "SELECT * FROM waits WHERE instance_id = %s ORDER BY id",
+    "signals": "SELECT * FROM signals WHERE instance_id = %s ORDER BY id",
+    "tasks": "SELECT t.* FROM tasks t JOIN step_activations a ON a.id = t.activation_id WHERE a.instance_id = %s",
+    "inbox_events": "SELECT e.* FROM inbox_events e JOIN tasks t ON t.id = e.task_id"
+    " JOIN step_activations a ON a.id = t.activation_id WHERE a.instance_id = %s",
+    "checkpoints": "SELECT * FROM checkpoints WHERE instance_id = %s ORDER BY id",
+    "events": "SELECT seq, type FROM events WHERE instance_id = %s ORDER BY seq",
+}
+
+
+def unfinished(tx, count: int = 2) -> list[dict]:
+    """The first `count` instances not SUCCEEDED, each with its rows of WHERE_IT_STANDS (a timed-out
+    workload's report: where the progress of a workflow stopped)."""
+    found = []
+    for instance in tx.all("SELECT * FROM instances WHERE status <> 'SUCCEEDED' ORDER BY id LIMIT %s", (count,)):
+        rows = {name: tx.all(sql, (instance["id"],)) for name, sql in WHERE_IT_STANDS.items()}
+        found.append({"instance": instance, **rows})
+    return found
 
 
 def all_succeeded(database: Database, count: int) -> bool:
