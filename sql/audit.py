@@ -6,11 +6,12 @@ from __future__ import annotations
 from weave import jsontext
 from weave.tx import Tx
 
-INSERT_AUDIT = """
+# The statement without its rows: `INSERT_AUDIT` adds one, `record_of_instances` several.
+INSERT_AUDIT_INTO = """
 INSERT INTO audit_records
   (namespace_id, instance_id, signal_id, credential_id, actor, action, request_digest, at, details)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
-"""
+VALUES """
+INSERT_AUDIT = INSERT_AUDIT_INTO + "(%s, %s, %s, %s, %s, %s, %s, %s, %s)\n"
 
 
 def record(
@@ -42,11 +43,7 @@ def record(
     )
 
 
-AUDIT_VALUES = "(%s, %s, %s, NULL, %s, %s, NULL, %s, %s)"
-INSERT_AUDIT_OF_INSTANCES = """
-INSERT INTO audit_records
-  (namespace_id, instance_id, signal_id, credential_id, actor, action, request_digest, at, details)
-VALUES """
+AUDIT_VALUES = "(%s, %s, %s, NULL, %s, %s, NULL, %s, %s)"  # no credential, no request digest
 
 
 def record_of_instances(tx: Tx, actor: str, action: str, records: list[tuple[int, int, dict]]) -> None:
@@ -60,7 +57,7 @@ def record_of_instances(tx: Tx, actor: str, action: str, records: list[tuple[int
         for namespace_id, instance_id, details in records
         for value in (namespace_id, instance_id, None, actor, action, now, jsontext.compact(details))
     )
-    tx.later(INSERT_AUDIT_OF_INSTANCES + ", ".join([AUDIT_VALUES] * len(records)), params)
+    tx.later(INSERT_AUDIT_INTO + ", ".join([AUDIT_VALUES] * len(records)), params)
 
 
 # By the signal's key (index ix_audit_signal); the instance and the action are checked as well, so

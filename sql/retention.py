@@ -180,12 +180,11 @@ FOR UPDATE SKIP LOCKED
 # task holds its queue's permit until it ends), and the newest of its notifications still to be
 # sent (N2: a `workflow.*` notification written as it ended goes out before the purge, even with a
 # retention of 0 days; for `rules.NOTIFICATION_GRACE` at most).
+# Both subqueries of an instance `{id}` (a parameter, or a column of the outer query).
+LIVE_TASKS = """(SELECT COUNT(*) FROM step_activations s JOIN tasks t ON t.activation_id = s.id
+ WHERE s.instance_id = {id} AND t.status IN ('QUEUED', 'RUNNING'))"""
 UNSENT_AT = "(SELECT MAX(n.occurred_at) FROM notifications n WHERE n.instance_id = {id} AND n.status = 'PENDING')"
-COUNT_LIVE = f"""
-SELECT (SELECT COUNT(*) FROM step_activations a JOIN tasks t ON t.activation_id = a.id
-        WHERE a.instance_id = %(id)s AND t.status IN ('QUEUED', 'RUNNING')) AS live,
-       {UNSENT_AT.format(id="%(id)s")} AS unsent_at
-"""
+COUNT_LIVE = f"SELECT {LIVE_TASKS.format(id='%(id)s')} AS live, {UNSENT_AT.format(id='%(id)s')} AS unsent_at"
 SELECT_NOTIFICATION_IDS = "SELECT id FROM notifications WHERE instance_id = %s LIMIT %s"
 # `tasks` has no index on instance_id: an instance's tasks are found by its activations' ids.
 SELECT_TASK_IDS = """
@@ -325,12 +324,6 @@ _ROWS_BY_TABLE = (
         "",
     ),
     ("tasks", "step_activations s JOIN tasks t ON t.activation_id = s.id", "s", ""),
-    (
-        "live",
-        "step_activations s JOIN tasks t ON t.activation_id = s.id",
-        "s",
-        " AND t.status IN ('QUEUED', 'RUNNING')",
-    ),
     ("checkpoints", "checkpoints c", "c", ""),
     ("waits", "waits w", "w", ""),
     ("signals", "signals g", "g", ""),
@@ -343,14 +336,14 @@ _ROWS_BY_TABLE = (
         " AND r.id <= (SELECT ns.audit_swept_id FROM namespaces ns WHERE ns.id = r.namespace_id)",
     ),
 )
-COUNTED_TABLES = tuple(table for table, _, _, _ in _ROWS_BY_TABLE if table != "live")
+COUNTED_TABLES = tuple(table for table, _, _, _ in _ROWS_BY_TABLE)
 COUNT_ROWS_OF_INSTANCES = (
     "SELECT i.id,\n"
     + ",\n".join(
         f"  (SELECT COUNT(*) FROM {source} WHERE {alias}.instance_id = i.id{condition}) AS {table}"
         for table, source, alias, condition in _ROWS_BY_TABLE
     )
-    + f",\n  {UNSENT_AT.format(id='i.id')} AS unsent_at"
+    + f",\n  {LIVE_TASKS.format(id='i.id')} AS live,\n  {UNSENT_AT.format(id='i.id')} AS unsent_at"
     + "\nFROM instances i WHERE i.id IN %s"
 )
 # Children first, as `_chunk`; then the audit records the sweep passed, by namespace
