@@ -151,12 +151,18 @@ def take_quota(tx: Tx, application_id: int, per_minute: int) -> int | None:
 # ---- send -----------------------------------------------------------------------------------------
 
 # The idempotency lookup rides along with finding the instance: one round trip, no locks (S1.3).
+# A send's target and its idempotency key's signal, unlocked (S1.3's lookup), by namespace id.
 SELECT_TARGET_INSTANCE_AND_KEY = """
 SELECT i.id, i.definition_id, (SELECT d.digest FROM definitions d WHERE d.id = i.definition_id) AS definition_digest,
        s.id AS signal_id, s.request_digest, s.receipt
 FROM instances i LEFT JOIN signals s ON s.instance_id = i.id AND s.idempotency_key = %s
 WHERE i.namespace_id = %s AND i.workflow_id = %s
 """
+# The same in the namespace of the presented token's credential: the single send's, read in its
+# authentication's round trip (`send_signal`'s `target`).
+SELECT_TARGET_OF_TOKEN = SELECT_TARGET_INSTANCE_AND_KEY.replace(
+    "i.namespace_id = %s", "i.namespace_id = (SELECT namespace_id FROM credentials WHERE token_sha256 = %s)"
+)
 SELECT_BY_IDEMPOTENCY_KEY = """
 SELECT id AS signal_id, request_digest, receipt FROM signals WHERE instance_id = %s AND idempotency_key = %s
 """
@@ -251,8 +257,16 @@ def refuse_over_limit(stored: int, workflow_id: str) -> None:
 
 
 @unit_of_work(replay_on=("uq_signals_idempotency",))
-def send_signal(tx: Tx, principal: Principal, workflow_id: str, request: SignalRequest) -> Receipt:
-    unlocked = tx.one(SELECT_TARGET_INSTANCE_AND_KEY, (request.idempotency_key, principal.namespace_id, workflow_id))
+def send_signal(
+    tx: Tx, principal: Principal, workflow_id: str, request: SignalRequest, target: list[dict] | None = None
+) -> Receipt:
+    """Accept one signal, or answer its replay or its refusal (S1.3-S1.10). `target`: the rows of
+    SELECT_TARGET_OF_TOKEN for this request, as its authentication read them in its own round trip
+    (`tenancy.authenticate_reading`), else read here. Read before the transaction or in it, the row
+    is unlocked either way: what it says is checked again under the instance's lock (`twin`)."""
+    if target is None:
+        target = tx.all(SELECT_TARGET_INSTANCE_AND_KEY, (request.idempotency_key, principal.namespace_id, workflow_id))
+    unlocked = target[0] if target else None
     document, queues = instances.require_grants(tx, principal, workflow_id, unlocked)
     if unlocked["receipt"] is not None:
         return replay(unlocked, request)

@@ -287,3 +287,15 @@ def principal_of(tx: Tx, presented_sha256: bytes, current: dict | None) -> auth.
 
 
 authenticate = read_only(current_principal)
+
+
+@read_only
+def authenticate_reading(
+    tx: Tx, presented_sha256: bytes, *reads: tuple[str, tuple]
+) -> tuple[auth.Principal | None, list[list[dict]]]:
+    """`authenticate`, with reads that an operation needs first sent in the same round trip (the
+    single send's target, issue 31): the principal, and the rows of each read, which are the
+    caller's to use only once that principal is found current and authorized. The reads take no
+    lock, so reading them before those checks decides nothing early."""
+    credential, *found = tx.all_together((SELECT_CURRENT_CREDENTIAL, (presented_sha256,)), *reads)
+    return principal_of(tx, presented_sha256, credential[0] if credential else None), found

@@ -61,6 +61,9 @@ class Operation:
     session: bool = False  # a console page: authorized by `weave.console` from its session, with `authorize`
     query: tuple[tuple[str, str], ...] = field(default=())  # (name, description)
     headers: tuple[tuple[str, str, dict], ...] = field(default=())  # (name, description, JSON Schema)
+    # A read the responder needs first, sent with the credential's in one round trip (issue 31):
+    # `(req, params, token_sha256) -> (sql, args)`; its rows are `req.context.read_first`.
+    read_first: Callable[[falcon.Request, dict, bytes], tuple[str, tuple]] | None = None
 
     def __post_init__(self) -> None:
         # Refused at import, not at the first request: without both, `Authenticate` could not decide.
@@ -254,7 +257,11 @@ class Authenticate:
         if meta.public:
             return
         token_sha256 = auth.token_hash(auth.bearer_token(req.get_header("Authorization")))
-        principal = tenancy.authenticate(self.database, token_sha256)
+        if meta.read_first is None:
+            principal = tenancy.authenticate(self.database, token_sha256)
+        else:
+            read = meta.read_first(req, params, token_sha256)
+            principal, (req.context.read_first,) = tenancy.authenticate_reading(self.database, token_sha256, read)
         if principal is None:
             raise auth.unauthenticated(auth.NOT_CURRENT)
         authorize(principal, meta, params, req.method)

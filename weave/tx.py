@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Iterator
 
 import pymysql
+from pymysql.constants import SERVER_STATUS
 
 from weave.dberrors import SUBQUERY_RETURNS_ROWS, TransitionFailed
 
@@ -236,10 +237,15 @@ class Tx:
 
     def roll_back(self) -> None:
         """End an undecided unit: roll back (queued writes are dropped), then apply the bookkeeping
-        alone; one round trip."""
+        alone; one round trip, none when the unit opened no transaction (a single send's replay
+        whose receipt came with its authentication sends nothing: `SERVER_STATUS_IN_TRANS` is the
+        server's word, in every answer, that a transaction is open)."""
         self._queued = []
         afterwards = [(text, None) for text, _ in self._afterwards]
-        self._round_trip([("ROLLBACK", None), *afterwards, ("COMMIT", None)] if afterwards else [("ROLLBACK", None)])
+        if afterwards:
+            self._round_trip([("ROLLBACK", None), *afterwards, ("COMMIT", None)])
+        elif self.cursor.connection.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+            self._round_trip([("ROLLBACK", None)])
 
     def _send(self, sql: str, params: tuple | dict | None) -> int:
         """Run one statement after the queued writes, in one round trip; its matched row count (its

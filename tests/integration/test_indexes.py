@@ -434,6 +434,7 @@ def hot_statements(ids: dict) -> dict[str, tuple[str, object]]:
             signals.SELECT_TARGET_INSTANCE_AND_KEY,
             ("k1", ids["namespace"], ids["workflow"]),
         ),
+        "signals.SELECT_TARGET_OF_TOKEN": (signals.SELECT_TARGET_OF_TOKEN, ("k1", ids["token"], ids["workflow"])),
         "definitions.SELECT_DOCUMENT": (definitions.SELECT_DOCUMENT, (1,)),
         # the definitions list (D5; its reads: test_D5_the_definitions_list_reads_the_index_of_the_pages_names_only)
         "definitions.SELECT_NEWEST_VERSIONS": (
@@ -766,6 +767,7 @@ EXPECTED_KEYS = {
     "tasks.CLAIM_NEXT_TASK": ("tasks", "ix_tasks_claim"),
     "tenancy.SELECT_CURRENT_CREDENTIAL": ("c", "uq_credentials_token"),
     "signals.SELECT_TARGET_INSTANCE_AND_KEY": ("s", "uq_signals_idempotency"),
+    "signals.SELECT_TARGET_OF_TOKEN": ("s", "uq_signals_idempotency"),
     "audit.SELECT_ACCEPTANCE_DIGEST": ("audit_records", "ix_audit_signal"),
     "sessions.SELECT_BEYOND_CAP": ("console_sessions", "ix_console_sessions_credential"),
     "tenancy.SELECT_CREDENTIAL_OF_TOKEN": ("credentials", "uq_credentials_token"),

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from helpers import ABSENT, RECEIPT_FIELDS, payment, signal_flow_definition
 
-from weave import auth
+from weave import auth, driver
 from weave.sql import tenancy
 
 
@@ -146,6 +146,29 @@ def test_s1_3_quota_is_checked_before_the_idempotency_lookup(wf, database, tenan
     clock.advance(1)  # a new minute
     assert wf.send("order-1", "k2", payment(), headers=headers).status_code == 201
     assert count(wf, "signals") == 2
+
+
+def test_s1_3_a_single_send_reads_its_target_with_the_credential(wf, monkeypatch):
+    """Issue 31: the idempotency lookup's read travels in the authentication's round trip, and is
+    used only once the credential is found current and authorized (S1.1-S1.3 answer as before).
+    A first acceptance then takes four round trips: the credential with the target; the locks
+    with the facts; the signal's insert; COMMIT with the rest. A replay takes one."""
+    sent = []
+    query = driver.Connection.query
+
+    def counted(connection, sql, unbuffered=False):
+        sent.append(sql)
+        return query(connection, sql, unbuffered)
+
+    assert wf.send("order-1", "k0", payment()).status_code == 201  # this process now knows the credential
+    monkeypatch.setattr(driver.Connection, "query", counted)
+    assert wf.send("order-1", "k1", payment()).status_code == 201
+    assert len(sent) == 4, sent
+    assert tenancy.SELECT_CURRENT_CREDENTIAL.strip().split("\n")[0] in sent[0]
+    assert "FROM instances i LEFT JOIN signals s" in sent[0]
+    sent.clear()
+    assert wf.send("order-1", "k1", payment()).headers["idempotent-replayed"] == "true"
+    assert len(sent) == 1, sent
 
 
 # ---- S1.5: idempotency -------------------------------------------------------------------------------
