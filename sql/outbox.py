@@ -1,7 +1,8 @@
 """The delivery side of the notifications' outbox (docs/rules.md#notifications, N2, N3).
 
-The scanner's "notification" source lists what is due (`listing_due`); a delivery is then two short
-units around an HTTP POST that runs outside any transaction:
+The scanner's "notification" source lists what is due (`listing_due`), passing over the
+subscriptions that hold their share of the delivery threads (`weave.delivery`); a delivery is then
+two short units around an HTTP POST that runs outside any transaction:
 
 - `claim` locks the notification (`SKIP LOCKED`: another scanner has it), re-checks it is PENDING
   and due, and reads its subscription. A subscription disabled or deleted since drops it (DROPPED,
@@ -30,17 +31,20 @@ from weave.tx import Tx
 ERROR_CHARS = 1024  # notification_attempts.error, notifications.last_error
 
 DUE = """
-SELECT id, due_at, instance_id FROM notifications FORCE INDEX (ix_notifications_due)
-WHERE due_at <= %s
+SELECT id, due_at, instance_id, subscription_id FROM notifications FORCE INDEX (ix_notifications_due)
+WHERE due_at <= %s AND subscription_id NOT IN %s
 ORDER BY due_at, id
 LIMIT %s
 """
 COUNT_DUE = "SELECT COUNT(*) AS n FROM notifications WHERE due_at <= %s"
+NO_SUBSCRIPTION = 0  # ids start at 1: `NOT IN (0)` passes over none
 
 
-def listing_due(now: datetime, limit: int) -> tuple[str, tuple]:
-    """The read of the notifications due at `now`, oldest due first, for `Tx.all_together`."""
-    return DUE, (now, limit)
+def listing_due(now: datetime, limit: int, passed_over: tuple[int, ...] = ()) -> tuple[str, tuple]:
+    """The read of the notifications due at `now`, oldest due first, for `Tx.all_together`; none
+    of the subscriptions `passed_over` (those holding their share of the delivery threads: theirs
+    stay PENDING and due, for a later batch)."""
+    return DUE, (now, tuple(passed_over) or (NO_SUBSCRIPTION,), limit)
 
 
 def count_due(tx: Tx) -> int:

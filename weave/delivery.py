@@ -3,7 +3,10 @@ source claims a due notification in a short unit (`weave.sql.outbox.claim`) and 
 bounded pool of delivery threads of its own, so that a slow or hanging endpoint holds one of those
 threads for at most the timeout, never a scanner thread, a batch, or the consumption of signals.
 When every delivery thread is busy the source lists nothing (`Deliveries.room`): what is due waits
-for a later batch, in the database, where a crash cannot lose it.
+for a later batch, in the database, where a crash cannot lose it. One subscription holds at most its
+share of the threads (`weave.rules.notify.subscription_share`): the listing passes over those that
+hold it (`Deliveries.listing`), so a slow endpoint with a backlog leaves the other subscriptions'
+notifications threads to start on, and what it passes over stays due.
 
 The POST (`post`): http or https only; the host is resolved here and each address is checked
 (`weave.rules.notify.address_refusal`) before the connection is made to that very address, so a
@@ -22,9 +25,10 @@ import socket
 import ssl
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from weave import metrics
@@ -145,39 +149,52 @@ class Deliveries:
         self.timeout = timeout
         self.lease = timedelta(seconds=timeout * LEASE_FACTOR)
         self._pool = ThreadPoolExecutor(slots, thread_name_prefix="notify")
+        self.share = notify.subscription_share(slots)
         self._lock = threading.Condition()
         self._in_flight = 0
+        self._by_subscription: Counter[int] = Counter()  # POSTs in flight, of the subscriptions with any
 
     def room(self) -> int:
         """How many more POSTs may start now."""
         with self._lock:
             return self.slots - self._in_flight
 
-    def _reserve(self) -> bool:
+    def listing(self, now: datetime, limit: int) -> tuple[str, tuple]:
+        """The scanner's read of due notifications: none of a subscription that holds its share."""
         with self._lock:
-            if self._in_flight >= self.slots:
+            full = tuple(sorted(s for s, n in self._by_subscription.items() if n >= self.share))
+        return outbox.listing_due(now, limit, full)
+
+    def _reserve(self, subscription_id: int) -> bool:
+        with self._lock:
+            if self._in_flight >= self.slots or self._by_subscription[subscription_id] >= self.share:
                 return False
             self._in_flight += 1
+            self._by_subscription[subscription_id] += 1
             return True
 
-    def _release(self) -> None:
+    def _release(self, subscription_id: int) -> None:
         with self._lock:
             self._in_flight -= 1
+            self._by_subscription[subscription_id] -= 1
+            if not self._by_subscription[subscription_id]:
+                del self._by_subscription[subscription_id]
             self._lock.notify_all()
 
-    def once(self, database: Database, notification_id: int) -> str | None:
+    def once(self, database: Database, notification_id: int, subscription_id: int) -> str | None:
         """Claim a due notification and hand its POST to a delivery thread; the claim's decision
-        (`outbox.CLAIMED`, `outbox.DROPPED`), or None when another scanner had it or no delivery
-        thread is free (it stays due: a later batch takes it)."""
-        if not self._reserve():
+        (`outbox.CLAIMED`, `outbox.DROPPED`), or None when another scanner had it, no delivery
+        thread is free or its subscription holds its share already (it stays due: a later batch
+        takes it)."""
+        if not self._reserve(subscription_id):
             return None
         try:
             claimed = outbox.claim.once(database, notification_id, self.lease)
         except BaseException:
-            self._release()
+            self._release(subscription_id)
             raise
         if not isinstance(claimed, outbox.Claimed):
-            self._release()
+            self._release(subscription_id)
             if claimed is None:
                 return None
             metrics.NOTIFICATIONS.labels(claimed.event_type, outbox.DROPPED_OUTCOME).inc()
@@ -185,7 +202,7 @@ class Deliveries:
         try:
             self._pool.submit(self._deliver, claimed)
         except RuntimeError:  # the pool was closed (a stop): the lease passes and it is sent again
-            self._release()
+            self._release(subscription_id)
             return None
         return outbox.CLAIMED
 
@@ -201,7 +218,7 @@ class Deliveries:
         except Exception as exc:  # the record failed: the lease passes and the notification is sent again
             log.warning("notification %d: the attempt was not recorded (%s); it is tried again", claimed.id, exc)
         finally:
-            self._release()
+            self._release(claimed.subscription_id)
 
     def _attempt(self, claimed: outbox.Claimed) -> Answer:
         if self.keyring is None:

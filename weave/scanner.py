@@ -219,10 +219,11 @@ SCANNED = scanned()
 
 def notification_source(deliveries: Deliveries) -> CandidateSource:
     """N2: due notifications, claimed and handed to `deliveries`' threads; listed only while one
-    of those threads is free, so a full pool leaves them for a later batch and takes no slot of it.
+    of those threads is free, so a full pool leaves them for a later batch and takes no slot of it,
+    and only of the subscriptions that do not hold their share of those threads already.
     A claim that fails has nowhere to back off: the notification is still due, the next batch finds it."""
     return CandidateSource(
-        "notification", outbox.listing_due, deliveries, None, outbox.count_due, capacity=deliveries.room
+        "notification", deliveries.listing, deliveries, None, outbox.count_due, capacity=deliveries.room
     )
 
 

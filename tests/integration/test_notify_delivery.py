@@ -14,6 +14,7 @@ from notifying import KEYRING, Receiver, attempts, enqueue, notification, subscr
 from standardwebhooks.webhooks import Webhook
 
 from weave import metrics
+from weave.config import DEFAULT_NOTIFY_DELIVERIES
 from weave.delivery import Deliveries
 from weave.scanner import Scanner
 from weave.sql import outbox
@@ -23,7 +24,8 @@ from weave.sql import outbox
 def deliveries(database):
     made = []
 
-    def make(slots: int = 4, allow_private: bool = True, timeout: float = 10.0) -> Deliveries:
+    # the default pool: a subscription may hold 4 of its 16 threads, one batch sends 4 of its notifications
+    def make(slots: int = DEFAULT_NOTIFY_DELIVERIES, allow_private: bool = True, timeout: float = 10.0) -> Deliveries:
         made.append(Deliveries(database, KEYRING, slots, allow_private, timeout))
         return made[-1]
 
@@ -202,6 +204,41 @@ def test_N2_a_full_pool_leaves_notifications_due_for_a_later_batch(database, del
         assert pool.wait_idle(10)
         scan(database, pool)
     assert [notification(database, n)["status"] for n in (first, second)] == ["DELIVERED", "DELIVERED"]
+
+
+def test_N2_a_slow_subscription_holds_its_share_of_the_threads_and_the_others_are_delivered_meanwhile(
+    database, deliveries, clock
+):
+    """N2, fair between subscriptions: an endpoint that blocks, with a backlog due before another
+    subscription's notification, holds one of two delivery threads (its share), not both: the listing
+    passes over it and the other notification is delivered while it blocks. What was passed over
+    stays PENDING and due; once the endpoint answers, every notification of both is delivered once."""
+    pool = deliveries(slots=2)
+    scanner = Scanner(database, deliveries=pool)
+    with Receiver(otherwise="hang") as slow, Receiver() as fine:
+        busy = subscribe(database, slow.url, name="slow")
+        backlog = [enqueue(database, busy) for _ in range(4)]
+        clock.advance(1)
+        other = enqueue(database, subscribe(database, fine.url, name="fine"))
+        scanner.run_once()  # lists the two oldest, both the slow one's: claims one, passes the other
+        assert slow.arrived.wait(5)
+        scanner.run_once()  # passes over the slow subscription: the other's is found
+        wait_until(lambda: notification(database, other)["status"] == "DELIVERED", timeout=5)
+        assert len(slow.received) == 1 and len(fine.received) == 1  # the slow endpoint still blocks
+        waiting = [notification(database, n) for n in backlog[1:]]
+        assert {(row["status"], row["attempts"], row["due_at"]) for row in waiting} == {
+            ("PENDING", 0, clock.now() - timedelta(seconds=1))
+        }
+        slow.release.set()
+        for _ in range(10):
+            assert pool.wait_idle(10)
+            if scanner.run_once().candidates == 0:
+                break
+        assert pool.wait_idle(10)
+    rows = [notification(database, n) for n in (*backlog, other)]
+    assert {(row["status"], row["attempts"]) for row in rows} == {("DELIVERED", 1)}
+    sent = sorted(r.headers["webhook-id"] for r in (*slow.received, *fine.received))
+    assert sent == sorted(row["webhook_id"] for row in rows)  # each exactly once
 
 
 def test_N2_a_claimed_notification_is_not_listed_again_until_its_lease_passes(database, deliveries, clock):

@@ -122,3 +122,8 @@ def test_N2_only_http_and_https_urls(url):
 )
 def test_N2_only_a_2xx_succeeds(status, ok):
     assert notify.succeeded(status) is ok
+
+
+@pytest.mark.parametrize("threads, share", [(1, 1), (2, 1), (4, 1), (7, 1), (8, 2), (16, 4), (64, 16)])
+def test_N2_a_subscription_holds_a_quarter_of_the_delivery_threads_one_at_least(threads, share):
+    assert notify.subscription_share(threads) == share

@@ -13,6 +13,9 @@ when a failed one is tried again, and which addresses an endpoint may have.
 - An address check: an endpoint must not make Weave's network position a way into a private
   network (SSRF), so loopback, private, link-local, unspecified, multicast and reserved addresses
   are refused unless allowed (`WEAVE_NOTIFY_ALLOW_PRIVATE`), IPv4-mapped IPv6 by its IPv4 address.
+- A fair share of the delivery threads: one subscription has at most a quarter of a process's
+  threads in flight (one at least), so that a slow endpoint with a backlog leaves the other
+  subscriptions threads to start on at once (docs/decisions.md, "Fair delivery between subscriptions").
 """
 
 from __future__ import annotations
@@ -68,6 +71,14 @@ def retry_delay(attempts: int, jitter: float) -> timedelta:
     doublings = min(max(0, attempts - 1), MAX_DOUBLINGS)
     nominal = min(RETRY_CAP, FIRST_RETRY * 2**doublings)
     return nominal * (1 - jitter / 2)
+
+
+# ---- the share of the delivery threads ---------------------------------------------------------------
+
+
+def subscription_share(threads: int) -> int:
+    """How many of a process's `threads` delivery threads one subscription may hold at once."""
+    return max(1, threads // 4)
 
 
 # ---- the address check -------------------------------------------------------------------------------
