@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Iterator
 
 import pymysql
-from pymysql.constants import SERVER_STATUS
 
 from weave.dberrors import SUBQUERY_RETURNS_ROWS, TransitionFailed
 
@@ -62,6 +61,7 @@ class Tx:
         self._queued: list[tuple[str, str | None]] = []  # (statement as sent, `what` when it must match one row)
         self._afterwards: list[tuple[str, str | None]] = []
         self.decided = False
+        self.sent = False  # whether any statement went to the connection: only then can a transaction be open
         self.memo = {} if memo is None else memo
         self.maybe_committed = maybe_committed
 
@@ -113,6 +113,7 @@ class Tx:
         however many the statement answers (an export, `weave.sql.export`). Nothing else may be
         sent on the connection until the rows are read to the end."""
         self.flush()
+        self.sent = True
         with self.cursor.connection.cursor(pymysql.cursors.SSDictCursor) as cursor:
             cursor.execute(sql, params)
             yield from iter(cursor.fetchone, None)
@@ -208,6 +209,7 @@ class Tx:
     def executemany(self, sql: str, rows: list) -> int:
         self.decided = True
         self.flush()
+        self.sent = True
         return self.cursor.executemany(sql, rows) if rows else 0
 
     def later(self, sql: str, params: tuple | dict = (), expect_one: str | None = None) -> None:
@@ -237,20 +239,25 @@ class Tx:
 
     def roll_back(self) -> None:
         """End an undecided unit: roll back (queued writes are dropped), then apply the bookkeeping
-        alone; one round trip, none when the unit opened no transaction (a single send's replay
-        whose receipt came with its authentication sends nothing: `SERVER_STATUS_IN_TRANS` is the
-        server's word, in every answer, that a transaction is open)."""
+        alone; one round trip, none when the unit sent nothing (a single send's replay whose
+        receipt came with its authentication).
+
+        Whether a transaction is open is known from what this unit sent, not from the server's
+        status flags: with autocommit off a plain SELECT opens one (its snapshot, its metadata
+        locks), and PyMySQL updates `server_status` from OK packets only, never from a result
+        set's end, so after reads it still says what the previous unit's COMMIT left."""
         self._queued = []
         afterwards = [(text, None) for text, _ in self._afterwards]
         if afterwards:
             self._round_trip([("ROLLBACK", None), *afterwards, ("COMMIT", None)])
-        elif self.cursor.connection.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+        elif self.sent:
             self._round_trip([("ROLLBACK", None)])
 
     def _send(self, sql: str, params: tuple | dict | None) -> int:
         """Run one statement after the queued writes, in one round trip; its matched row count (its
         rows, its insert id) are the cursor's afterwards."""
         if not self._queued:
+            self.sent = True
             return self.cursor.execute(sql, params)
         return self._round_trip([*self._take_queued(), (self.cursor.mogrify(sql, params), None)])
 
@@ -269,6 +276,7 @@ class Tx:
         """Send `statements` (already interpolated: no parameters) as one multi-statement query;
         yield the index of each as the cursor reaches its answer; a failed guard raises
         `TransitionFailed` (the statements after it did not run)."""
+        self.sent = True
         self.cursor.execute(";\n".join(text for text, _ in statements))
         for index, (_, what) in enumerate(statements):
             if index:

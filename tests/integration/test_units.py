@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from weave.db import DuplicateKey, TransitionFailed, unit_of_work
+from weave.db import DuplicateKey, TransitionFailed, connect, unit_of_work
 from weave.sql import instances
 
 INSERT_NAMESPACE = "INSERT INTO namespaces (name, created_at) VALUES (%s, %s)"
@@ -116,3 +116,25 @@ def test_a_guard_stops_its_batch_so_writes_after_it_and_commit_never_run(databas
         database.run(guarded_then_more)
     assert sent == [3]  # the change, its guard, the later write: all left for COMMIT's round trip
     assert flow.rows("SELECT id, version FROM instances ORDER BY id") == before
+
+
+def test_a_unit_that_only_read_leaves_no_transaction_open_on_its_pooled_connection(database, migrated_url):
+    """A unit that read and decided nothing is rolled back, so its connection goes back to the pool
+    with no transaction open: no metadata lock is left for a later DDL to wait on. (With autocommit
+    off a SELECT opens a transaction, and PyMySQL's `server_status` is not updated by a result set:
+    a rollback skipped on that flag left open transactions on pooled connections, and a migration
+    or a test's TRUNCATE then waited for `lock_wait_timeout`, a year by default.)"""
+
+    def names(tx):
+        return [row["name"] for row in tx.all("SELECT name FROM namespaces ORDER BY name")]
+
+    database.run(lambda tx: tx.insert(INSERT_NAMESPACE, ("before", tx.now())))  # its COMMIT: no transaction
+    assert database.run(names) == ["before"]
+    other = connect(migrated_url, autocommit=True)
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SET SESSION lock_wait_timeout = 2")
+            cursor.execute("ALTER TABLE namespaces COMMENT = 'probed'")
+            cursor.execute("ALTER TABLE namespaces COMMENT = ''")
+    finally:
+        other.close()
