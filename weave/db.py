@@ -127,7 +127,7 @@ def _connect_to(url: DatabaseUrl, host: str, port: int, database: bool, autocomm
             cur.execute("SET SESSION lock_wait_timeout = %s", (METADATA_LOCK_WAIT_SECONDS,))
             # Authentication reads a credential's queue grants with GROUP_CONCAT (MySQL's default cap: 1 KiB).
             cur.execute("SET SESSION group_concat_max_len = 1048576")
-            _join_cluster_session(cur, read_only=autocommit)
+            conn.commit_alone = _join_cluster_session(cur, read_only=autocommit)
         conn.commit()
     except BaseException:
         _close_quietly(conn)
@@ -135,9 +135,10 @@ def _connect_to(url: DatabaseUrl, host: str, port: int, database: bool, autocomm
     return conn
 
 
-def _join_cluster_session(cur, read_only: bool) -> None:
+def _join_cluster_session(cur, read_only: bool) -> bool:
     """On a Galera node (one round trip tells, once per connection): refuse the node unless it is ready (a joining or cut-off node takes
-    connections but answers statements with 1047), and make read-only units causal.
+    connections but answers statements with 1047), and make read-only units causal. Whether the
+    server is a Galera node: there a unit's COMMIT goes in a round trip of its own (`Tx.commit`).
 
     A node applies the other nodes' commits a moment after they are acknowledged. A write unit
     needs nothing more: what it decides on it reads under a lock, and a decision against a stale
@@ -148,13 +149,14 @@ def _join_cluster_session(cur, read_only: bool) -> None:
     cur.execute("SHOW VARIABLES LIKE 'wsrep_on'")
     found = cur.fetchone()
     if not found or found["Value"] != "ON":
-        return  # one server, or a server that is not a Galera node
+        return False  # one server, or a server that is not a Galera node
     cur.execute("SHOW STATUS LIKE 'wsrep_ready'")
     ready = cur.fetchone()
     if not ready or ready["Value"] != "ON":
         raise pymysql.err.OperationalError(NODE_NOT_READY, "WSREP has not yet prepared node for application use")
     if read_only:
         cur.execute("SET SESSION wsrep_sync_wait = 1")
+    return True
 
 
 class Database:
@@ -277,7 +279,7 @@ class Database:
         try:
             # No BEGIN round trip: with autocommit off, the first statement opens the transaction.
             with conn.cursor() as cursor:
-                tx = Tx(cursor, self.clock, memo, maybe_committed)
+                tx = Tx(cursor, self.clock, memo, maybe_committed, commit_alone=conn.commit_alone)
                 result = unit(tx, *args, **kwargs)
                 if self.before_commit is not None:
                     self.before_commit(tx, unit.__name__)

@@ -27,6 +27,8 @@ MOST_SHAPES = 1024
 class Connection(connections.Connection):
     """A PyMySQL connection that remembers the descriptions of the result shapes it has seen."""
 
+    commit_alone = False  # set by `weave.db.connect`: a Galera node's units send COMMIT alone
+
     def __init__(self, *args, **kwargs):
         # Per connection: a description depends on the connection's encoding and decoders too.
         self.shapes: dict[tuple[bytes, ...], tuple[list, list, tuple, list[str]]] = {}

@@ -54,8 +54,11 @@ class Tx:
     A unit that ends undecided is rolled back instead of committed, and its bookkeeping is applied
     alone after the rollback, in the same round trip."""
 
-    def __init__(self, cursor, clock, memo: dict | None = None, maybe_committed: bool = False):
+    def __init__(
+        self, cursor, clock, memo: dict | None = None, maybe_committed: bool = False, commit_alone: bool = False
+    ):
         self.cursor = cursor
+        self.commit_alone = commit_alone
         self._clock = clock
         self._now: datetime | None = None
         self._queued: list[tuple[str, str | None]] = []  # (statement as sent, `what` when it must match one row)
@@ -231,7 +234,23 @@ class Tx:
     def commit(self) -> None:
         """Commit, with the queued writes and the bookkeeping in the same round trip."""
         guarded = [item for text, what in self._afterwards for item in _guarded(text, what)]
-        self._round_trip([*self._take_queued(), *guarded, ("COMMIT", None)])
+        self._end([*self._take_queued(), *guarded])
+
+    def _end(self, statements: list[tuple[str, str | None]]) -> None:
+        """Send `statements`, then COMMIT: in one round trip, or in two on a Galera node.
+
+        There, another node's write that conflicts with this transaction aborts it (a brute-force
+        abort) wherever it stands. Inside a multi-statement round trip the server rolls back what
+        ran, runs the statements left in a new transaction, COMMIT included, and reports the
+        deadlock only after them: the tail of the unit (a checkpoint's DELETE, an event) commits
+        without its head. With COMMIT alone, an abort before it is reported by the statements'
+        round trip and what ran after it is rolled back with the unit."""
+        if self.commit_alone:
+            if statements:
+                self._round_trip(statements)
+            self._round_trip([("COMMIT", None)])
+        else:
+            self._round_trip([*statements, ("COMMIT", None)])
 
     @property
     def has_bookkeeping(self) -> bool:
@@ -249,7 +268,7 @@ class Tx:
         self._queued = []
         afterwards = [(text, None) for text, _ in self._afterwards]
         if afterwards:
-            self._round_trip([("ROLLBACK", None), *afterwards, ("COMMIT", None)])
+            self._end([("ROLLBACK", None), *afterwards])
         elif self.sent:
             self._round_trip([("ROLLBACK", None)])
 

@@ -23,7 +23,7 @@ from helpers import Flow, make_tenant, payment, signal_flow_definition, wait_unt
 from weave import migrate
 from weave.app import create_app
 from weave.config import Config
-from weave.db import Database
+from weave.db import Database, Retryable
 from weave.dburl import DatabaseUrl
 from weave.devdb import GaleraCluster, ServerNotFound, find_galera_provider, free_port
 from weave.sql import instances
@@ -143,6 +143,83 @@ def test_without_the_instance_write_the_same_race_breaks_the_history(cluster, tw
     _race(two_nodes, "order-1", ROUNDS)
     history = _history(flow0, "order-1")
     assert len(set(history)) < len(history)
+
+
+# ---- a unit aborted by another node during its commit ----------------------------------------------
+
+ABORT_PROBE = "CREATE TABLE IF NOT EXISTS abort_probe (id INT PRIMARY KEY, v INT NOT NULL)"
+ABORT_TAIL = "CREATE TABLE IF NOT EXISTS abort_tail (id INT AUTO_INCREMENT PRIMARY KEY, attempt INT NOT NULL)"
+
+
+def _abort_during_commit(cluster, commit_alone: bool) -> tuple[BaseException | None, list[dict]]:
+    """A unit on node0 writes the probe row, then its commit round trip sleeps and inserts a tail
+    row; while it sleeps, node1 writes the same probe row, whose replication brute-force aborts
+    the unit on node0. Run once (`attempt`, no re-run): (what it raised, the tail rows kept)."""
+    cluster.nodes[0].query(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+    setup = pymysql.connect(unix_socket=str(cluster.nodes[0].socket_path), user="root", database=DATABASE)
+    try:
+        with setup.cursor() as cur:
+            for statement in (
+                ABORT_PROBE,
+                ABORT_TAIL,
+                "DELETE FROM abort_tail",
+                "REPLACE INTO abort_probe VALUES (1, 0)",
+            ):
+                cur.execute(statement)
+        setup.commit()
+    finally:
+        setup.close()
+    time.sleep(0.5)  # node1 has the tables and the row
+    database = Database(DatabaseUrl.parse(cluster.url(DATABASE)))
+
+    def other_node_writes() -> None:
+        time.sleep(0.5)  # inside the sleep of the commit round trip
+        writer = pymysql.connect(
+            unix_socket=str(cluster.nodes[1].socket_path), user="root", database=DATABASE, autocommit=True
+        )
+        try:
+            with writer.cursor() as cur:
+                cur.execute("UPDATE abort_probe SET v = 100 WHERE id = 1")
+        finally:
+            writer.close()
+
+    def unit(tx):
+        tx.execute("UPDATE abort_probe SET v = v + 1 WHERE id = 1")
+        tx.later("DO SLEEP(2)")
+        tx.later("INSERT INTO abort_tail (attempt) VALUES (1)")
+
+    writing = threading.Thread(target=other_node_writes)
+    raised = None
+    try:
+        writing.start()
+        database.before_commit = lambda tx, name: setattr(tx, "commit_alone", commit_alone)
+        try:
+            database.attempt(unit)
+        except Exception as exc:  # noqa: BLE001 - what it raised is the finding
+            raised = exc
+    finally:
+        writing.join()
+        database.close()
+    time.sleep(0.5)
+    rows = list(cluster.nodes[0].query(f"SELECT id, attempt FROM {DATABASE}.abort_tail"))
+    return raised, rows
+
+
+def test_a_unit_aborted_by_another_nodes_write_during_its_commit_round_trip_commits_nothing(cluster):
+    """Galera's brute-force abort inside a multi-statement round trip rolls back its head and runs
+    its tail in a new transaction, COMMIT included, reporting the deadlock only after: with COMMIT
+    in its own round trip on a Galera node (`Tx.commit_alone`), the aborted unit keeps nothing and
+    fails as a conflict, to be re-run whole."""
+    raised, rows = _abort_during_commit(cluster, commit_alone=True)
+    assert isinstance(raised, Retryable), raised
+    assert rows == []
+
+
+def test_without_commit_alone_the_aborted_units_tail_commits_without_its_head(cluster):
+    """The control: COMMIT in the same round trip as the unit's writes keeps the tail row of a unit
+    whose head another node's write rolled back."""
+    _, rows = _abort_during_commit(cluster, commit_alone=False)
+    assert len(rows) == 1, rows
 
 
 # ---- causal reads -----------------------------------------------------------------------------------
