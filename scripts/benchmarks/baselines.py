@@ -159,11 +159,14 @@ def _signal_row(instance_id: int, key: str, digest: str, now, deadline_at, recei
     )
 
 
-def raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list):
+def raw_sender(
+    bench: Bench, targets: list[str], warm_up: str, per_client: int, latencies: list, open_connection=connect
+):
     """The statements of `send_signal` on a bare PyMySQL connection, one transaction per signal, in
     the same round trips (`weave.tx.Tx` sends queued writes with the next statement or COMMIT),
     writing the same rows with the same contents (receipt, event data, audit details); without
-    authentication, HTTP, JSON parsing, schema validation or the contract check."""
+    authentication, HTTP, JSON parsing, schema validation or the contract check. `open_connection`:
+    another driver's connection with the same cursor methods (scripts/benchmarks/drivers.py)."""
     body = signal_body("o")
 
     def send_one(cur, workflow_id: str, key: str) -> float:
@@ -204,7 +207,7 @@ def raw_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int, 
             pass
         return time.perf_counter() - started
 
-    return on_connections(bench, send_one, targets, warm_up, per_client, latencies, "raw")
+    return on_connections(bench, send_one, targets, warm_up, per_client, latencies, "raw", open_connection)
 
 
 # The lean floor (issue 17, target 1): the durable work of accepting one signal as the issue

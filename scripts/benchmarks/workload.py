@@ -73,14 +73,22 @@ def http_sender(bench: Bench, targets: list[str], warm_up: str, per_client: int,
 
 
 def on_connections(
-    bench: Bench, send_one, targets: list[str], warm_up: str, per_client: int, latencies: list, label: str
+    bench: Bench,
+    send_one,
+    targets: list[str],
+    warm_up: str,
+    per_client: int,
+    latencies: list,
+    label: str,
+    open_connection=connect,
 ):
-    """(prepare, send) for `run_threads` of a sender on bare PyMySQL connections, one per client:
-    `send_one(cursor, workflow_id, key)` sends one signal and answers its seconds."""
+    """(prepare, send) for `run_threads` of a sender on bare connections, one per client (Weave's
+    PyMySQL connections, or `open_connection(url)`'s): `send_one(cursor, workflow_id, key)` sends
+    one signal and answers its seconds."""
     connections: dict[int, object] = {}
 
     def prepare(i):
-        connections[i] = connect(bench.url)
+        connections[i] = open_connection(bench.url)
         for n in range(WARM_UP_SIGNALS):
             send_one(connections[i].cursor(), warm_up, f"{label}-warm-c{i}-{n}")
 

@@ -21,6 +21,7 @@ sys.path.insert(0, str(SCRIPTS))
 from benchmarks import (  # noqa: E402
     batches,
     consumption,
+    drivers,
     e2e,
     flat,
     harness,
@@ -313,3 +314,22 @@ def test_L1_the_purge_section_runs_on_tiny_sizes():
     # window may be 0 at this size (the window can end before the scanner's next look)
     assert throughput["rows"] >= 6 * 5 and throughput["baseline"] > 0 and throughput["weave"] >= 0
     assert p99["weave"] > 0 and p99["baseline"] > 0
+
+
+def _has_mysqlclient() -> bool:
+    try:
+        import MySQLdb  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_mysqlclient(), reason="the drivers bench compares with mysqlclient, not a dependency")
+def test_the_drivers_bench_runs_on_tiny_sizes():
+    """scripts/benchmarks/drivers.py: the raw send on PyMySQL and on mysqlclient writes the same rows."""
+    with harness.running_weave(threads=4) as running:
+        rows = drivers.run(running, 16, repeat=1)
+        stored = running.database.read(lambda tx: tx.one("SELECT COUNT(*) AS n FROM signals WHERE actor = 'raw'"))
+    assert [row["clients"] for row in rows] == [1, 8]
+    assert all(rate > 0 for row in rows for rate in row["sig_per_s"].values())
+    assert stored["n"] >= 2 * (16 + 16)  # both drivers' timed sends, at 1 and 8 clients
