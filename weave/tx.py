@@ -52,7 +52,7 @@ class Tx:
     A unit that decides nothing writes nothing (K): `decided` turns true with the first write
     other than a statement sent only for its locks (`lock`) and the bookkeeping of `afterwards`.
     A unit that ends undecided is rolled back instead of committed, and its bookkeeping is applied
-    alone after the rollback, in the same round trip."""
+    alone after the rollback, in the same round trip (COMMIT apart on a Galera node: `_end`)."""
 
     def __init__(
         self, cursor, clock, memo: dict | None = None, maybe_committed: bool = False, commit_alone: bool = False
@@ -232,7 +232,8 @@ class Tx:
             self._round_trip(self._take_queued())
 
     def commit(self) -> None:
-        """Commit, with the queued writes and the bookkeeping in the same round trip."""
+        """Commit, with the queued writes and the bookkeeping in the same round trip (COMMIT apart
+        on a Galera node: `_end`)."""
         guarded = [item for text, what in self._afterwards for item in _guarded(text, what)]
         self._end([*self._take_queued(), *guarded])
 
@@ -258,8 +259,8 @@ class Tx:
 
     def roll_back(self) -> None:
         """End an undecided unit: roll back (queued writes are dropped), then apply the bookkeeping
-        alone; one round trip, none when the unit sent nothing (a single send's replay whose
-        receipt came with its authentication).
+        alone; one round trip (two on a Galera node: `_end`), none when the unit sent nothing (a
+        single send's replay whose receipt came with its authentication).
 
         Whether a transaction is open is known from what this unit sent, not from the server's
         status flags: with autocommit off a plain SELECT opens one (its snapshot, its metadata
