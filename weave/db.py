@@ -100,6 +100,19 @@ def connect(url: DatabaseUrl, database: bool = True, autocommit: bool = False) -
     raise failure
 
 
+# Every connection's session, before its first unit (also the drivers bench's mysqlclient ones).
+SESSION_SETTINGS: tuple[tuple[str, tuple], ...] = (
+    ("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", ()),
+    ("SET time_zone = '+00:00'", ()),
+    ("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'", ()),
+    ("SET SESSION innodb_lock_wait_timeout = %s", (LOCK_WAIT_TIMEOUT_SECONDS,)),
+    # Metadata locks (DDL) default to a year: fail instead of hanging behind a forgotten session.
+    ("SET SESSION lock_wait_timeout = %s", (METADATA_LOCK_WAIT_SECONDS,)),
+    # Authentication reads a credential's queue grants with GROUP_CONCAT (MySQL's default cap: 1 KiB).
+    ("SET SESSION group_concat_max_len = 1048576", ()),
+)
+
+
 def _connect_to(url: DatabaseUrl, host: str, port: int, database: bool, autocommit: bool):
     conn = driver.Connection(
         host=host,
@@ -119,14 +132,8 @@ def _connect_to(url: DatabaseUrl, host: str, port: int, database: bool, autocomm
     )
     try:
         with conn.cursor() as cur:
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            cur.execute("SET time_zone = '+00:00'")
-            cur.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'")
-            cur.execute("SET SESSION innodb_lock_wait_timeout = %s", (LOCK_WAIT_TIMEOUT_SECONDS,))
-            # Metadata locks (DDL) default to a year: fail instead of hanging behind a forgotten session.
-            cur.execute("SET SESSION lock_wait_timeout = %s", (METADATA_LOCK_WAIT_SECONDS,))
-            # Authentication reads a credential's queue grants with GROUP_CONCAT (MySQL's default cap: 1 KiB).
-            cur.execute("SET SESSION group_concat_max_len = 1048576")
+            for statement, params in SESSION_SETTINGS:
+                cur.execute(statement, params or None)
             conn.commit_alone = _join_cluster_session(cur, read_only=autocommit)
         conn.commit()
     except BaseException:

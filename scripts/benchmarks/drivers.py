@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `benchmarks`, ru
 from benchmarks.baselines import raw_sender  # noqa: E402
 from benchmarks.harness import Http, alternate, running_weave, summary  # noqa: E402
 from benchmarks.workload import SIGNAL_DEFINITION, signal_run  # noqa: E402
+from weave.db import SESSION_SETTINGS  # noqa: E402
 from weave.dburl import DatabaseUrl  # noqa: E402
 
 
@@ -51,9 +52,8 @@ def mysqlclient_connection(url: DatabaseUrl):
         cursorclass=MySQLdb.cursors.DictCursor,
     )
     cursor = conn.cursor()
-    cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-    cursor.execute("SET time_zone = '+00:00'")
-    cursor.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'")
+    for statement, params in SESSION_SETTINGS:
+        cursor.execute(statement, params or None)
     cursor.close()
     conn.commit()
     return conn

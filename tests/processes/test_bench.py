@@ -316,17 +316,9 @@ def test_L1_the_purge_section_runs_on_tiny_sizes():
     assert p99["weave"] > 0 and p99["baseline"] > 0
 
 
-def _has_mysqlclient() -> bool:
-    try:
-        import MySQLdb  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _has_mysqlclient(), reason="the drivers bench compares with mysqlclient, not a dependency")
 def test_the_drivers_bench_runs_on_tiny_sizes():
     """scripts/benchmarks/drivers.py: the raw send on PyMySQL and on mysqlclient writes the same rows."""
+    pytest.importorskip("MySQLdb", reason="the drivers bench compares with mysqlclient, not a dependency")
     with harness.running_weave(threads=4) as running:
         rows = drivers.run(running, 16, repeat=1)
         stored = running.database.read(lambda tx: tx.one("SELECT COUNT(*) AS n FROM signals WHERE actor = 'raw'"))
